@@ -1,0 +1,210 @@
+//! `[datanode]`: a DataNode, including the write-memory batching settings of HDFS-17973 (with
+//! their upstream names) and the streaming-read prefetch.
+
+use super::units::{ByteSize, HumanDuration, Millis, PathList};
+use super::ConfigError;
+use serde::{Deserialize, Serialize};
+
+/// Settings of a DataNode. Every key is documented in `docs/configuration.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatanodeConfig {
+    /// The metadata service's RPC address.
+    #[serde(rename = "metadata.address")]
+    pub metadata_address: String,
+    /// Address to bind the data-transfer and HTTP listeners to.
+    #[serde(rename = "bind.host")]
+    pub bind_host: String,
+    /// Data-transfer port, 0 for any free port. HDFS's 9866.
+    pub port: u16,
+    /// HTTP port, 0 for any free port. HDFS's 9864.
+    #[serde(rename = "http.port")]
+    pub http_port: u16,
+    /// Host name or address registered with the metadata service, which hands it to clients
+    /// and peers. Empty: `bind.host` if it is a specific address, else this machine's host name.
+    #[serde(rename = "advertised.host")]
+    pub advertised_host: String,
+    /// Port registered for data transfer, 0: the bound port (set it behind port mapping).
+    #[serde(rename = "advertised.port")]
+    pub advertised_port: u16,
+    /// Volume directories, one per disk.
+    #[serde(rename = "data.dirs")]
+    pub data_dirs: PathList,
+    /// Topology label used by placement.
+    pub rack: String,
+    /// Heartbeat interval.
+    #[serde(rename = "heartbeat.interval")]
+    pub heartbeat_interval: HumanDuration,
+    /// Interval between full block reports.
+    #[serde(rename = "block.report.interval")]
+    pub block_report_interval: HumanDuration,
+    /// Read timeout on data-transfer sockets (and ack timeout toward downstream).
+    #[serde(rename = "socket.timeout")]
+    pub socket_timeout: HumanDuration,
+    /// Largest data-transfer frame accepted.
+    #[serde(rename = "max.frame.bytes")]
+    pub max_frame_bytes: ByteSize,
+    /// Data-transfer connections served at once; more wait in the accept queue.
+    #[serde(rename = "max.transfer.threads")]
+    pub max_transfer_threads: u32,
+    /// fsync a replica's block and metadata files when it is finalized (Sluice default: true;
+    /// HDFS's `dfs.datanode.synconclose` defaults to false).
+    #[serde(rename = "sync.on.close")]
+    pub sync_on_close: bool,
+
+    /// Batch packets in memory before writing them (HDFS-17973).
+    #[serde(rename = "write.memory.buffer.enabled")]
+    pub write_buffer_enabled: bool,
+    /// Batch only on the last DataNode of the pipeline.
+    #[serde(rename = "write.memory.buffer.last-replica-only")]
+    pub write_buffer_last_replica_only: bool,
+    /// Total memory for write buffers in MiB; -1 for no cap. One permit per buffer.
+    #[serde(rename = "write.memory.buffer.max.capacity.mb")]
+    pub write_buffer_max_capacity_mb: i64,
+    /// Batch only when the DataNode has more volumes than this.
+    #[serde(rename = "write.memory.buffer.min.volumes")]
+    pub write_buffer_min_volumes: u32,
+    /// One replica's buffer (floored at 1 MiB).
+    #[serde(rename = "write.buffer.size.bytes")]
+    pub write_buffer_size: ByteSize,
+    /// Flush a replica's buffer when no packet came for this long; 0 turns it off.
+    #[serde(rename = "write.buffer.idle.flush.timeout.ms")]
+    pub write_buffer_idle_flush_timeout: Millis,
+    /// Flush budget per volume in MiB: bounds the flushes running at once; 0 for no bound.
+    #[serde(rename = "concurrent.flush.mb.per.volume")]
+    pub concurrent_flush_mb_per_volume: u64,
+    /// Reads larger than this drop the pages behind them from the page cache.
+    #[serde(rename = "read.ahead.cache.bytes.threshold")]
+    pub read_ahead_cache_threshold: ByteSize,
+    /// Flush buffers with O_DIRECT (aligned head; unaligned tail through the page cache).
+    #[serde(rename = "write.o.direct.enabled")]
+    pub write_o_direct: bool,
+
+    /// Data bytes per piece of a streaming read when the client does not ask for a size.
+    #[serde(rename = "read.piece.bytes")]
+    pub read_piece_bytes: ByteSize,
+    /// How far ahead of the piece on the wire a streaming read prefetches from disk; 0 turns
+    /// prefetch off.
+    #[serde(rename = "read.prefetch.bytes")]
+    pub read_prefetch_bytes: ByteSize,
+}
+
+impl Default for DatanodeConfig {
+    fn default() -> Self {
+        Self {
+            metadata_address: "127.0.0.1:8020".into(),
+            bind_host: "0.0.0.0".into(),
+            port: 9866,
+            http_port: 9864,
+            advertised_host: String::new(),
+            advertised_port: 0,
+            data_dirs: PathList(vec!["./sluice-data/datanode".into()]),
+            rack: "/default-rack".into(),
+            heartbeat_interval: HumanDuration::secs(3),
+            block_report_interval: HumanDuration::secs(6 * 3600),
+            socket_timeout: HumanDuration::secs(60),
+            max_frame_bytes: ByteSize::mib(16),
+            max_transfer_threads: 4096,
+            sync_on_close: true,
+            write_buffer_enabled: true,
+            write_buffer_last_replica_only: true,
+            write_buffer_max_capacity_mb: 1024,
+            write_buffer_min_volumes: 0,
+            write_buffer_size: ByteSize::mib(8),
+            write_buffer_idle_flush_timeout: Millis::new(2000),
+            concurrent_flush_mb_per_volume: 64,
+            read_ahead_cache_threshold: ByteSize::kib(256),
+            write_o_direct: false,
+            read_piece_bytes: ByteSize::mib(1),
+            read_prefetch_bytes: ByteSize::mib(8),
+        }
+    }
+}
+
+/// The smallest write buffer (HDFS-17973 floors the buffer at 1 MiB).
+pub const MIN_WRITE_BUFFER: u64 = 1024 * 1024;
+
+impl DatanodeConfig {
+    /// One replica's buffer size after the 1 MiB floor.
+    pub fn effective_write_buffer_size(&self) -> u64 {
+        self.write_buffer_size.bytes().max(MIN_WRITE_BUFFER)
+    }
+
+    /// Buffers the memory cap allows at once (`None`: no cap).
+    pub fn write_buffer_permits(&self) -> Option<u64> {
+        if self.write_buffer_max_capacity_mb < 0 {
+            return None;
+        }
+        let cap = self.write_buffer_max_capacity_mb as u64 * 1024 * 1024;
+        Some(cap / self.effective_write_buffer_size())
+    }
+
+    /// Checks ranges and relations between keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.data_dirs.0.is_empty() {
+            return Err(ConfigError::invalid(
+                "datanode.data.dirs",
+                "[]",
+                "needs at least one directory",
+            ));
+        }
+        if self.heartbeat_interval.get().is_zero() {
+            return Err(ConfigError::invalid(
+                "datanode.heartbeat.interval",
+                self.heartbeat_interval,
+                "must be positive",
+            ));
+        }
+        if self.socket_timeout.get().is_zero() {
+            return Err(ConfigError::invalid(
+                "datanode.socket.timeout",
+                self.socket_timeout,
+                "must be positive",
+            ));
+        }
+        if self.max_frame_bytes < ByteSize::kib(128) || self.max_frame_bytes > ByteSize::mib(256) {
+            return Err(ConfigError::invalid(
+                "datanode.max.frame.bytes",
+                self.max_frame_bytes,
+                "must be between 128KiB and 256MiB",
+            ));
+        }
+        if self.max_transfer_threads == 0 {
+            return Err(ConfigError::invalid(
+                "datanode.max.transfer.threads",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.write_buffer_max_capacity_mb < -1 {
+            return Err(ConfigError::invalid(
+                "datanode.write.memory.buffer.max.capacity.mb",
+                self.write_buffer_max_capacity_mb,
+                "must be -1 (no cap) or a size in MiB",
+            ));
+        }
+        if self.write_buffer_enabled && self.write_buffer_permits() == Some(0) {
+            return Err(ConfigError::invalid(
+                "datanode.write.memory.buffer.max.capacity.mb",
+                self.write_buffer_max_capacity_mb,
+                "is smaller than one write buffer (write.buffer.size.bytes): no writer could ever batch",
+            ));
+        }
+        if self.write_buffer_size.bytes() % 512 != 0 {
+            return Err(ConfigError::invalid(
+                "datanode.write.buffer.size.bytes",
+                self.write_buffer_size,
+                "must be a multiple of 512 bytes",
+            ));
+        }
+        let piece = self.read_piece_bytes.bytes();
+        if piece == 0 || piece % 512 != 0 || piece * 2 > self.max_frame_bytes.bytes() {
+            return Err(ConfigError::invalid(
+                "datanode.read.piece.bytes",
+                self.read_piece_bytes,
+                "must be a positive multiple of 512 bytes and at most half of max.frame.bytes",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! `[metadata]`: the metadata service.
+
+use super::units::{ByteSize, HumanDuration};
+use super::ConfigError;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Settings of the metadata service. Every key is documented in `docs/configuration.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// Address to bind the RPC and HTTP listeners to.
+    #[serde(rename = "bind.host")]
+    pub bind_host: String,
+    /// RPC port (client and DataNode protocols), 0 for any free port. HDFS's 8020.
+    #[serde(rename = "rpc.port")]
+    pub rpc_port: u16,
+    /// HTTP port (status, metrics), 0 for any free port. HDFS's 9870.
+    #[serde(rename = "http.port")]
+    pub http_port: u16,
+    /// Directory of the namespace store.
+    #[serde(rename = "data.dir")]
+    pub data_dir: PathBuf,
+    /// Replication factor of files created without one.
+    #[serde(rename = "replication.default")]
+    pub default_replication: u16,
+    /// Live replicas a block needs before the file can be completed.
+    #[serde(rename = "replication.min")]
+    pub min_replication: u16,
+    /// Largest replication factor a file may ask for.
+    #[serde(rename = "replication.max")]
+    pub max_replication: u16,
+    /// Block size of files created without one.
+    #[serde(rename = "block.size.default")]
+    pub default_block_size: ByteSize,
+    /// Smallest block size a file may ask for.
+    #[serde(rename = "block.size.min")]
+    pub min_block_size: ByteSize,
+    /// A DataNode silent this long is stale: avoided for new pipelines.
+    #[serde(rename = "datanode.stale.interval")]
+    pub stale_interval: HumanDuration,
+    /// A DataNode silent this long is dead: its replicas are re-replicated elsewhere.
+    #[serde(rename = "datanode.dead.interval")]
+    pub dead_interval: HumanDuration,
+    /// How often liveness, leases and replication work are checked.
+    #[serde(rename = "monitor.interval")]
+    pub monitor_interval: HumanDuration,
+    /// After this long without renewal, another client may recover the file's lease.
+    #[serde(rename = "lease.soft.limit")]
+    pub lease_soft_limit: HumanDuration,
+    /// After this long without renewal, the service recovers the file itself.
+    #[serde(rename = "lease.hard.limit")]
+    pub lease_hard_limit: HumanDuration,
+    /// Re-replication copies one DataNode may be asked to send at a time.
+    #[serde(rename = "replication.max-streams")]
+    pub replication_max_streams: u32,
+    /// Re-replication work scheduled per monitor pass, per live DataNode.
+    #[serde(rename = "replication.work-multiplier")]
+    pub replication_work_multiplier: u32,
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        Self {
+            bind_host: "0.0.0.0".into(),
+            rpc_port: 8020,
+            http_port: 9870,
+            data_dir: PathBuf::from("./sluice-data/metadata"),
+            default_replication: 3,
+            min_replication: 1,
+            max_replication: 16,
+            default_block_size: ByteSize::mib(128),
+            min_block_size: ByteSize::kib(64),
+            stale_interval: HumanDuration::secs(30),
+            dead_interval: HumanDuration::secs(630),
+            monitor_interval: HumanDuration::secs(1),
+            lease_soft_limit: HumanDuration::secs(60),
+            lease_hard_limit: HumanDuration::secs(1200),
+            replication_max_streams: 2,
+            replication_work_multiplier: 2,
+        }
+    }
+}
+
+impl MetadataConfig {
+    /// Checks ranges and relations between keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.default_replication == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.replication.default",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.min_replication == 0 || self.min_replication > self.default_replication {
+            return Err(ConfigError::invalid(
+                "metadata.replication.min",
+                self.min_replication,
+                "must be between 1 and replication.default",
+            ));
+        }
+        if self.max_replication < self.default_replication {
+            return Err(ConfigError::invalid(
+                "metadata.replication.max",
+                self.max_replication,
+                "must be at least replication.default",
+            ));
+        }
+        if self.min_block_size.bytes() == 0 || self.min_block_size.bytes() % 512 != 0 {
+            return Err(ConfigError::invalid(
+                "metadata.block.size.min",
+                self.min_block_size,
+                "must be a positive multiple of 512 bytes",
+            ));
+        }
+        if self.default_block_size < self.min_block_size
+            || self.default_block_size.bytes() % 512 != 0
+        {
+            return Err(ConfigError::invalid(
+                "metadata.block.size.default",
+                self.default_block_size,
+                "must be a multiple of 512 bytes and at least block.size.min",
+            ));
+        }
+        if self.dead_interval <= self.stale_interval {
+            return Err(ConfigError::invalid(
+                "metadata.datanode.dead.interval",
+                self.dead_interval,
+                "must be longer than datanode.stale.interval",
+            ));
+        }
+        if self.monitor_interval.get().is_zero() {
+            return Err(ConfigError::invalid(
+                "metadata.monitor.interval",
+                self.monitor_interval,
+                "must be positive",
+            ));
+        }
+        if self.lease_hard_limit < self.lease_soft_limit {
+            return Err(ConfigError::invalid(
+                "metadata.lease.hard.limit",
+                self.lease_hard_limit,
+                "must be at least lease.soft.limit",
+            ));
+        }
+        if self.replication_max_streams == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.replication.max-streams",
+                0,
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}

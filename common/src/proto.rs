@@ -1,0 +1,278 @@
+//! Data-transfer messages: the headers carried in [`crate::frame`] frames between clients and
+//! DataNodes and between DataNodes. See `docs/protocol.md` for the conversations they form.
+//!
+//! A connection opens with an [`Message::Op`] carrying [`PROTOCOL_VERSION`]. The receiver
+//! answers with an [`Message::OpResponse`]; then, depending on the op:
+//!
+//! - `WriteBlock`: the writer sends [`Message::Packet`]s (payload: checksums then data); the
+//!   DataNode sends one [`Message::Ack`] per packet, in order.
+//! - `ReadBlock`: the DataNode sends [`Message::Chunk`]s (payload: checksums then data) for the
+//!   whole range, then [`Message::ReadEnd`].
+//! - `ReadChunk`: the DataNode sends one [`Message::Chunk`]; the connection then takes the next op.
+//! - `TransferBlock`, `ReplicaInfo`: the `OpResponse` is the whole answer.
+
+use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp};
+use crate::status::Status;
+use serde::{Deserialize, Serialize};
+
+/// The data-transfer protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The sequence number of a heartbeat packet: no data, sent while a pipeline is idle.
+pub const HEARTBEAT_SEQNO: i64 = -1;
+
+/// Every header that travels in a data-transfer frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Opens a conversation.
+    Op {
+        /// The sender's [`PROTOCOL_VERSION`].
+        version: u16,
+        /// What is asked.
+        op: Op,
+    },
+    /// A write packet (upstream to downstream). Payload: checksums, then `data_len` bytes.
+    Packet(PacketHeader),
+    /// The answer to an op (downstream to upstream).
+    OpResponse(OpResponse),
+    /// The pipeline's answer to one packet (downstream to upstream).
+    Ack(PipelineAck),
+    /// A piece of a block being read. Payload: checksums, then `data_len` bytes.
+    Chunk(ChunkHeader),
+    /// The end of a `ReadBlock` stream.
+    ReadEnd(ReadEnd),
+}
+
+/// The operations a DataNode serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Set up (or rebuild) a write pipeline through this DataNode.
+    WriteBlock(WriteBlockOp),
+    /// Stream a range of a replica in one request (Ozone-style streaming read).
+    ReadBlock(ReadBlockOp),
+    /// Read one chunk of a replica (the classic one-request-per-chunk read).
+    ReadChunk(ReadChunkOp),
+    /// Copy this DataNode's replica to other DataNodes (pipeline repair, re-replication).
+    TransferBlock(TransferBlockOp),
+    /// Report this DataNode's replica: state, generation stamp, visible length.
+    ReplicaInfo(ReplicaInfoOp),
+}
+
+/// Why a pipeline is being set up (HDFS's `BlockConstructionStage`, reduced to what Sluice uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlockStage {
+    /// A brand-new replica. The only stage whose replica may use the write-memory buffer.
+    Create,
+    /// Rebuilding a pipeline in the middle of a block: the replica continues at its acked length
+    /// under a new generation stamp.
+    StreamingRecovery,
+    /// Rebuilding a pipeline while closing the block: finalize under the new generation stamp.
+    CloseRecovery,
+    /// Receiving a copy of a replica still being written (pipeline repair).
+    TransferRbw,
+    /// Receiving a copy of a finalized replica (re-replication).
+    TransferFinalized,
+}
+
+impl BlockStage {
+    /// True for the stages that rebuild an existing replica under a new generation stamp.
+    pub fn is_recovery(self) -> bool {
+        matches!(
+            self,
+            BlockStage::StreamingRecovery | BlockStage::CloseRecovery
+        )
+    }
+
+    /// True for the stages that receive a copy from another DataNode.
+    pub fn is_transfer(self) -> bool {
+        matches!(
+            self,
+            BlockStage::TransferRbw | BlockStage::TransferFinalized
+        )
+    }
+}
+
+/// Set up a write pipeline. The receiver connects to `targets[0]` (passing `targets[1..]`) before
+/// it answers, so the answer covers the whole rest of the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteBlockOp {
+    /// The block. For `Create` its generation stamp is the new one and `num_bytes` is 0. For
+    /// recovery it is the replica as the DataNodes hold it (old generation stamp) and `num_bytes`
+    /// is the length acknowledged to the writer.
+    pub block: ExtendedBlock,
+    /// Why.
+    pub stage: BlockStage,
+    /// The DataNodes after the receiver, in pipeline order (empty: the receiver is last).
+    pub targets: Vec<DatanodeId>,
+    /// The writing client's name (a DataNode's id for transfers).
+    pub client_name: String,
+    /// Bytes per checksum chunk of this block.
+    pub bytes_per_checksum: u32,
+    /// The generation stamp the replica has once this pipeline is set up.
+    pub latest_gen_stamp: GenerationStamp,
+}
+
+/// One write packet. Its data starts at `offset_in_block`, which is always a multiple of
+/// `bytes_per_checksum`: after an hflush that ended inside a chunk, the next packet starts again
+/// at that chunk's start and carries the chunk's bytes again, so that every checksum covers one
+/// aligned chunk. The receiver writes only what is new and rewrites the last chunk's checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketHeader {
+    /// Consecutive from 0 within one pipeline; [`HEARTBEAT_SEQNO`] for heartbeats.
+    pub seqno: i64,
+    /// Block offset of the first data byte.
+    pub offset_in_block: u64,
+    /// Data bytes in the payload (after the checksums).
+    pub data_len: u32,
+    /// The last packet of the block: it carries no data; the replica is finalized.
+    pub last: bool,
+    /// Make everything up to this packet durable (fsync) before acknowledging it (hsync).
+    pub sync: bool,
+}
+
+/// An ack: the status of one packet at each DataNode, the first entry being the sender's own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineAck {
+    /// The packet's sequence number.
+    pub seqno: i64,
+    /// One status per DataNode from the sender to the end of the pipeline. A DataNode whose
+    /// downstream failed stops the list after its own status and marks the failure in it.
+    pub replies: Vec<Status>,
+}
+
+impl PipelineAck {
+    /// Index of the first DataNode that did not succeed, if any.
+    pub fn first_failure(&self) -> Option<usize> {
+        self.replies.iter().position(|s| !s.is_success())
+    }
+}
+
+/// The answer to an op.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpResponse {
+    /// The outcome.
+    pub status: Status,
+    /// A human-readable explanation when `status` is an error.
+    pub message: String,
+    /// For `WriteBlock`: the data address of the first downstream DataNode that could not be
+    /// reached or refused the set-up, so that the writer can exclude it.
+    pub first_bad_link: Option<String>,
+    /// The replica as the DataNode holds it (reads, `ReplicaInfo`, transfers).
+    pub replica: Option<ReplicaInfo>,
+}
+
+impl OpResponse {
+    /// A success with no replica information.
+    pub fn ok() -> Self {
+        Self {
+            status: Status::Success,
+            message: String::new(),
+            first_bad_link: None,
+            replica: None,
+        }
+    }
+
+    /// A failure.
+    pub fn error(status: Status, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            first_bad_link: None,
+            replica: None,
+        }
+    }
+}
+
+/// A replica's state on a DataNode (HDFS's replica states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaState {
+    /// Complete and immutable; under `finalized/`.
+    Finalized,
+    /// Being written by a live pipeline; under `rbw/`.
+    Rbw,
+    /// Was being written when the DataNode restarted; waiting for recovery; under `rbw/`.
+    Rwr,
+    /// Under block recovery.
+    Rur,
+    /// A copy being received from another DataNode; invisible to readers and reports.
+    Temporary,
+}
+
+/// What a DataNode knows of one replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    /// Id, generation stamp, and the visible length: bytes a reader may read (acknowledged
+    /// bytes that are in the block file).
+    pub block: ExtendedBlock,
+    /// The state.
+    pub state: ReplicaState,
+    /// Bytes in the block file (may exceed the visible length while a pipeline runs).
+    pub bytes_on_disk: u64,
+}
+
+/// Stream `[offset, offset + length)` of a replica. The DataNode starts at the checksum chunk
+/// holding `offset` and sends pieces of `piece_size` bytes (0: its default, 1 MiB), each aligned
+/// to chunk boundaries, clamped to the replica's visible length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadBlockOp {
+    /// The block; its generation stamp must not be newer than the replica's.
+    pub block: ExtendedBlock,
+    /// First byte wanted.
+    pub offset: u64,
+    /// Bytes wanted (clamped to the replica's visible length).
+    pub length: u64,
+    /// Data bytes per piece, 0 for the DataNode's default.
+    pub piece_size: u32,
+}
+
+/// Read one chunk `[offset, offset + length)` of a replica; answered by one [`Message::Chunk`]
+/// starting at the checksum chunk that holds `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadChunkOp {
+    /// The block.
+    pub block: ExtendedBlock,
+    /// First byte wanted.
+    pub offset: u64,
+    /// Bytes wanted.
+    pub length: u64,
+}
+
+/// A piece of a replica. `offset` is a multiple of the block's bytes per checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkHeader {
+    /// Block offset of the first data byte.
+    pub offset: u64,
+    /// Data bytes in the payload (after the checksums).
+    pub data_len: u32,
+    /// Bytes per checksum of the replica.
+    pub bytes_per_checksum: u32,
+}
+
+/// The end of a `ReadBlock` stream: success, or the error that cut it short.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadEnd {
+    /// The outcome.
+    pub status: Status,
+    /// Explanation on error.
+    pub message: String,
+}
+
+/// Copy `block.num_bytes` bytes of this DataNode's replica to `targets` as a pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferBlockOp {
+    /// The block and the length to copy.
+    pub block: ExtendedBlock,
+    /// Where to copy it, in pipeline order.
+    pub targets: Vec<DatanodeId>,
+    /// `TransferRbw` (a replica being written) or `TransferFinalized`.
+    pub stage: BlockStage,
+    /// Who asked (a client name, or the metadata service's command).
+    pub client_name: String,
+}
+
+/// Ask a DataNode about its replica of `block`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaInfoOp {
+    /// The block (its generation stamp and length are ignored).
+    pub block: ExtendedBlock,
+}

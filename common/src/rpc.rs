@@ -1,0 +1,432 @@
+//! The control plane: two tarpc services served by the metadata service on one port.
+//!
+//! - [`ClientProtocol`]: the namespace and block allocation, for clients.
+//! - [`DatanodeProtocol`]: registration, heartbeats (answered with commands) and block reports,
+//!   for DataNodes.
+//!
+//! A connection starts with a 4-byte preamble naming the service ([`CLIENT_PREAMBLE`] or
+//! [`DATANODE_PREAMBLE`]); then tarpc's length-delimited bincode transport runs on it with a
+//! [`MAX_RPC_FRAME`] limit. Block data never travels here: it uses the framed data-transfer
+//! protocol of [`crate::frame`].
+
+use crate::error::MetaError;
+use crate::ids::{DatanodeId, ExtendedBlock, NodeId};
+use crate::proto::ReplicaState;
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, ToSocketAddrs};
+
+/// Preamble of a client-protocol connection.
+pub const CLIENT_PREAMBLE: [u8; 4] = *b"SLC1";
+/// Preamble of a DataNode-protocol connection.
+pub const DATANODE_PREAMBLE: [u8; 4] = *b"SLD1";
+/// Largest RPC message (a block report of a DataNode with millions of replicas fits).
+pub const MAX_RPC_FRAME: usize = 256 * 1024 * 1024;
+
+/// Whether a namespace entry is a file or a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    /// A file.
+    File,
+    /// A directory.
+    Directory,
+}
+
+/// What `stat` and `list` return for one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStatus {
+    /// Absolute path.
+    pub path: String,
+    /// File or directory.
+    pub kind: FileKind,
+    /// Length in bytes (0 for directories). For a file being written: the length of its
+    /// completed blocks plus what the writer reported with `fsync`.
+    pub length: u64,
+    /// Replication factor (0 for directories).
+    pub replication: u16,
+    /// Block size (0 for directories).
+    pub block_size: u64,
+    /// Last modification, milliseconds since the Unix epoch.
+    pub modification_time_ms: u64,
+    /// True while a writer holds the file open.
+    pub under_construction: bool,
+    /// Number of blocks (0 for directories).
+    pub block_count: u64,
+}
+
+/// Options of `create`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateOptions {
+    /// The writer's client name; it becomes the lease holder.
+    pub client_name: String,
+    /// Replace an existing file (never a directory).
+    pub overwrite: bool,
+    /// Create missing parent directories.
+    pub create_parent: bool,
+    /// Replicas per block (0: the service's default).
+    pub replication: u16,
+    /// Block size in bytes (0: the service's default).
+    pub block_size: u64,
+}
+
+/// A block of a file with the DataNodes that hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocatedBlock {
+    /// The block (length: its known length).
+    pub block: ExtendedBlock,
+    /// Offset of the block's first byte in the file.
+    pub offset: u64,
+    /// Replica locations; for a new block, the pipeline in order. Corrupt replicas are left out
+    /// unless every replica is corrupt.
+    pub locations: Vec<DatanodeId>,
+    /// Every known replica is corrupt.
+    pub corrupt: bool,
+}
+
+/// The blocks of a file that cover a range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocatedBlocks {
+    /// The file length the metadata service knows.
+    pub file_length: u64,
+    /// The blocks overlapping the range, in order.
+    pub blocks: Vec<LocatedBlock>,
+    /// True while the file is being written: the last block's length may be larger on the
+    /// DataNodes (ask them with the `ReplicaInfo` op).
+    pub under_construction: bool,
+}
+
+/// A DataNode's liveness as the metadata service sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Heart-beating.
+    Live,
+    /// Missed heartbeats for the stale interval: avoided for new pipelines.
+    Stale,
+    /// Missed heartbeats for the dead interval: its replicas no longer count.
+    Dead,
+}
+
+/// One DataNode in a cluster report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatanodeReport {
+    /// Identity and addresses.
+    pub id: DatanodeId,
+    /// Liveness.
+    pub state: NodeState,
+    /// Total bytes of its volumes.
+    pub capacity: u64,
+    /// Bytes used by replicas.
+    pub used: u64,
+    /// Bytes free.
+    pub remaining: u64,
+    /// Replicas it reported.
+    pub blocks: u64,
+    /// Milliseconds since its last heartbeat.
+    pub last_heartbeat_ms_ago: u64,
+}
+
+/// The state of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterReport {
+    /// Every DataNode ever registered since the service started.
+    pub datanodes: Vec<DatanodeReport>,
+    /// Files in the namespace.
+    pub files: u64,
+    /// Directories in the namespace.
+    pub directories: u64,
+    /// Blocks in the block manager.
+    pub blocks: u64,
+    /// Blocks with fewer live replicas than their replication factor.
+    pub under_replicated_blocks: u64,
+    /// Blocks with no live replica.
+    pub missing_blocks: u64,
+    /// Blocks with corrupt replicas.
+    pub corrupt_blocks: u64,
+}
+
+/// Health of a block or a file as `fsck` judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Health {
+    /// Every block has its replication factor of live, good replicas.
+    Healthy,
+    /// Some block has fewer live replicas than its factor (but at least one).
+    UnderReplicated,
+    /// Some block has a corrupt replica (and at least one good one).
+    Corrupt,
+    /// Some block has no live good replica.
+    Missing,
+}
+
+/// One block in an `fsck` report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckBlock {
+    /// The block with its length and generation stamp.
+    pub block: ExtendedBlock,
+    /// Live replicas with the current generation stamp.
+    pub locations: Vec<DatanodeId>,
+    /// Replicas reported corrupt.
+    pub corrupt_locations: Vec<DatanodeId>,
+    /// The file's replication factor.
+    pub expected_replicas: u16,
+    /// The verdict for this block.
+    pub health: Health,
+}
+
+/// One file in an `fsck` report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckFile {
+    /// Path.
+    pub path: String,
+    /// Length in bytes.
+    pub length: u64,
+    /// Replication factor.
+    pub replication: u16,
+    /// Open for writing (its last block may still grow).
+    pub under_construction: bool,
+    /// Every block, in order.
+    pub blocks: Vec<FsckBlock>,
+    /// The worst block verdict.
+    pub health: Health,
+}
+
+/// The answer of `fsck`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsckReport {
+    /// The path checked.
+    pub path: String,
+    /// Every file at or under the path.
+    pub files: Vec<FsckFile>,
+    /// The worst file verdict ([`Health::Healthy`] when there are no files).
+    pub health: Health,
+}
+
+/// A bad replica, as a reader found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadReplica {
+    /// The block.
+    pub block: ExtendedBlock,
+    /// The DataNode that served bad data.
+    pub node: NodeId,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// The namespace and block protocol used by clients.
+#[tarpc::service]
+pub trait ClientProtocol {
+    /// Creates a directory (and, with `parents`, its missing ancestors). Ok if it exists.
+    async fn mkdirs(path: String, parents: bool) -> Result<(), MetaError>;
+    /// Creates a file open for writing, with `opts.client_name` as lease holder.
+    async fn create(path: String, opts: CreateOptions) -> Result<FileStatus, MetaError>;
+    /// Commits `previous` (the file's last block, with its final length) and allocates the next
+    /// block with a pipeline of DataNodes, none of them in `exclude`.
+    async fn add_block(
+        path: String,
+        client: String,
+        previous: Option<ExtendedBlock>,
+        exclude: Vec<NodeId>,
+    ) -> Result<LocatedBlock, MetaError>;
+    /// Drops a block whose pipeline could not be set up (it must be the file's last block).
+    async fn abandon_block(
+        path: String,
+        client: String,
+        block: ExtendedBlock,
+    ) -> Result<(), MetaError>;
+    /// Commits the last block (with its final length) and closes the file. `Ok(false)`: the
+    /// last block has not yet been reported by enough DataNodes; call again shortly.
+    async fn complete(
+        path: String,
+        client: String,
+        last: Option<ExtendedBlock>,
+    ) -> Result<bool, MetaError>;
+    /// Records that the writer has hflushed `last_block_length` bytes of its last block, so
+    /// that `stat` shows the length (HDFS's hsync with UPDATE_LENGTH).
+    async fn fsync(path: String, client: String, last_block_length: u64) -> Result<(), MetaError>;
+    /// The blocks of a file overlapping `[offset, offset + length)`.
+    async fn get_block_locations(
+        path: String,
+        offset: u64,
+        length: u64,
+    ) -> Result<LocatedBlocks, MetaError>;
+    /// The entries of a directory (or the file itself), sorted by name.
+    async fn list(path: String) -> Result<Vec<FileStatus>, MetaError>;
+    /// One entry.
+    async fn stat(path: String) -> Result<FileStatus, MetaError>;
+    /// Deletes a file or directory (non-empty only with `recursive`); its replicas are deleted
+    /// by the DataNodes at their next heartbeats. `Ok(false)` if nothing was there.
+    async fn delete(path: String, recursive: bool) -> Result<bool, MetaError>;
+    /// Renames (moves) a file or directory; the destination must not exist and its parent must.
+    async fn rename(src: String, dst: String) -> Result<(), MetaError>;
+    /// Keeps every lease of `client` alive.
+    async fn renew_lease(client: String) -> Result<(), MetaError>;
+    /// Gives a block being written a new generation stamp before its pipeline is rebuilt
+    /// (HDFS `updateBlockForPipeline`). Only the lease holder may ask.
+    async fn update_block_for_pipeline(
+        block: ExtendedBlock,
+        client: String,
+    ) -> Result<LocatedBlock, MetaError>;
+    /// Records the rebuilt pipeline and new generation stamp (HDFS `updatePipeline`).
+    async fn update_pipeline(
+        client: String,
+        old_block: ExtendedBlock,
+        new_block: ExtendedBlock,
+        nodes: Vec<NodeId>,
+    ) -> Result<(), MetaError>;
+    /// Picks `count` more DataNodes for an existing pipeline, none in `existing` or `exclude`.
+    async fn get_additional_datanodes(
+        path: String,
+        block: ExtendedBlock,
+        existing: Vec<NodeId>,
+        exclude: Vec<NodeId>,
+        count: u32,
+        client: String,
+    ) -> Result<Vec<DatanodeId>, MetaError>;
+    /// Reports replicas that served bad data.
+    async fn report_bad_blocks(replicas: Vec<BadReplica>) -> Result<(), MetaError>;
+    /// The DataNodes and block totals.
+    async fn cluster_report() -> Result<ClusterReport, MetaError>;
+    /// Block-level health of every file at or under `path`.
+    async fn fsck(path: String) -> Result<FsckReport, MetaError>;
+}
+
+/// What a DataNode sends when it registers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatanodeRegistration {
+    /// Identity and advertised addresses.
+    pub id: DatanodeId,
+    /// Total bytes of its volumes.
+    pub capacity: u64,
+    /// Bytes used by replicas.
+    pub used: u64,
+    /// Bytes free.
+    pub remaining: u64,
+}
+
+/// The metadata service's answer to a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterResponse {
+    /// Interval the DataNode should heartbeat at, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// A heartbeat: liveness and space.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Who.
+    pub node: NodeId,
+    /// Total bytes of its volumes.
+    pub capacity: u64,
+    /// Bytes used by replicas.
+    pub used: u64,
+    /// Bytes free.
+    pub remaining: u64,
+    /// Data-transfer connections being served.
+    pub active_transfers: u32,
+}
+
+/// Work the metadata service hands to a DataNode in a heartbeat reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DatanodeCommand {
+    /// Delete these replicas (deleted files, stale generation stamps, excess or corrupt copies).
+    Delete {
+        /// The replicas; a replica is deleted only if its generation stamp is not newer.
+        blocks: Vec<ExtendedBlock>,
+    },
+    /// Copy a finalized replica to `targets` (re-replication).
+    Transfer {
+        /// The block.
+        block: ExtendedBlock,
+        /// Where to, in pipeline order.
+        targets: Vec<DatanodeId>,
+    },
+    /// Register again, then send a full block report (the service lost track of this node).
+    Reregister,
+}
+
+/// The reply to a heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    /// Work to do, in order.
+    pub commands: Vec<DatanodeCommand>,
+}
+
+/// An incremental report about one replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaEvent {
+    /// A replica was finalized (its length is final).
+    Received(ExtendedBlock),
+    /// A replica was deleted.
+    Deleted(ExtendedBlock),
+}
+
+/// One replica in a full block report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaReport {
+    /// The replica's block, generation stamp and length.
+    pub block: ExtendedBlock,
+    /// Its state.
+    pub state: ReplicaState,
+}
+
+/// The protocol DataNodes speak to the metadata service.
+#[tarpc::service]
+pub trait DatanodeProtocol {
+    /// Registers (or re-registers) a DataNode. A full block report must follow.
+    async fn register(reg: DatanodeRegistration) -> Result<RegisterResponse, MetaError>;
+    /// Liveness and space; the answer carries commands.
+    async fn heartbeat(hb: Heartbeat) -> Result<HeartbeatResponse, MetaError>;
+    /// Incremental replica events since the last call.
+    async fn block_received(node: NodeId, events: Vec<ReplicaEvent>) -> Result<(), MetaError>;
+    /// Every replica the DataNode holds (Temporary replicas excluded). Returns the number of
+    /// replicas the service did not know and scheduled for deletion.
+    async fn block_report(node: NodeId, replicas: Vec<ReplicaReport>) -> Result<u64, MetaError>;
+}
+
+/// A tarpc context whose deadline is `timeout` from now.
+pub fn context_with_timeout(timeout: Duration) -> tarpc::context::Context {
+    let mut ctx = tarpc::context::current();
+    ctx.deadline = Instant::now() + timeout;
+    ctx
+}
+
+/// The tarpc transport on an established stream (after the preamble).
+pub fn transport<Item, SinkItem>(
+    stream: TcpStream,
+) -> tarpc::serde_transport::Transport<
+    TcpStream,
+    Item,
+    SinkItem,
+    tarpc::tokio_serde::formats::Bincode<Item, SinkItem>,
+>
+where
+    Item: for<'de> Deserialize<'de>,
+    SinkItem: Serialize,
+{
+    let framed = tokio_util::codec::LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_RPC_FRAME)
+        .new_framed(stream);
+    tarpc::serde_transport::new(framed, tarpc::tokio_serde::formats::Bincode::default())
+}
+
+async fn dial(addr: impl ToSocketAddrs, preamble: [u8; 4]) -> io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    stream.write_all(&preamble).await?;
+    Ok(stream)
+}
+
+/// Connects to the metadata service's client protocol.
+pub async fn connect_client_protocol(addr: impl ToSocketAddrs) -> io::Result<ClientProtocolClient> {
+    let stream = dial(addr, CLIENT_PREAMBLE).await?;
+    Ok(ClientProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
+}
+
+/// Connects to the metadata service's DataNode protocol.
+pub async fn connect_datanode_protocol(
+    addr: impl ToSocketAddrs,
+) -> io::Result<DatanodeProtocolClient> {
+    let stream = dial(addr, DATANODE_PREAMBLE).await?;
+    Ok(DatanodeProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
+}
