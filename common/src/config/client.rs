@@ -122,14 +122,14 @@ impl ClientConfig {
             ));
         }
         let packet = self.write_packet_size.bytes();
-        if packet == 0 || packet % bpc != 0 || packet > 16 * 1024 * 1024 {
+        if packet == 0 || !packet.is_multiple_of(bpc) || packet > 16 * 1024 * 1024 {
             return Err(ConfigError::invalid(
                 "client.write.packet.size",
                 self.write_packet_size,
                 "must be a positive multiple of bytes.per.checksum, at most 16MiB",
             ));
         }
-        if self.block_size.bytes() % bpc != 0 {
+        if !self.block_size.bytes().is_multiple_of(bpc) {
             return Err(ConfigError::invalid(
                 "client.block.size",
                 self.block_size,

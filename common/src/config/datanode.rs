@@ -190,7 +190,7 @@ impl DatanodeConfig {
                 "is smaller than one write buffer (write.buffer.size.bytes): no writer could ever batch",
             ));
         }
-        if self.write_buffer_size.bytes() % 512 != 0 {
+        if !self.write_buffer_size.bytes().is_multiple_of(512) {
             return Err(ConfigError::invalid(
                 "datanode.write.buffer.size.bytes",
                 self.write_buffer_size,
@@ -198,7 +198,7 @@ impl DatanodeConfig {
             ));
         }
         let piece = self.read_piece_bytes.bytes();
-        if piece == 0 || piece % 512 != 0 || piece * 2 > self.max_frame_bytes.bytes() {
+        if piece == 0 || !piece.is_multiple_of(512) || piece * 2 > self.max_frame_bytes.bytes() {
             return Err(ConfigError::invalid(
                 "datanode.read.piece.bytes",
                 self.read_piece_bytes,

@@ -106,7 +106,7 @@ impl MetadataConfig {
                 "must be at least replication.default",
             ));
         }
-        if self.min_block_size.bytes() == 0 || self.min_block_size.bytes() % 512 != 0 {
+        if self.min_block_size.bytes() == 0 || !self.min_block_size.bytes().is_multiple_of(512) {
             return Err(ConfigError::invalid(
                 "metadata.block.size.min",
                 self.min_block_size,
@@ -114,7 +114,7 @@ impl MetadataConfig {
             ));
         }
         if self.default_block_size < self.min_block_size
-            || self.default_block_size.bytes() % 512 != 0
+            || !self.default_block_size.bytes().is_multiple_of(512)
         {
             return Err(ConfigError::invalid(
                 "metadata.block.size.default",

@@ -55,9 +55,11 @@ impl ByteSize {
             "MB" => 1_000_000,
             "GB" => 1_000_000_000,
             "TB" => 1_000_000_000_000,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "unknown size unit {other:?} in {s:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            )),
+            ))
+            }
         };
         let bytes = if num.contains('.') {
             let f: f64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
@@ -80,7 +82,7 @@ impl fmt::Display for ByteSize {
             ("KiB", 1 << 10),
         ];
         for (name, size) in UNITS {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{}", self.0 / size, name);
             }
         }
