@@ -227,7 +227,9 @@ mod tests {
     #[test]
     fn oversized_frame_is_refused_before_buffering() {
         let mut src = BytesMut::from(&[0x7f, 0xff, 0xff, 0xff][..]);
-        let err = FrameCodec::<Msg>::new(1024).decode(&mut src).unwrap_err();
+        let err = FrameCodec::<Msg>::new(1024)
+            .decode(&mut src)
+            .expect_err("must fail");
         assert!(
             matches!(err, FrameError::TooLarge { max: 1024, .. }),
             "{err}"
@@ -243,7 +245,9 @@ mod tests {
         src.put_u32(4 + 3);
         src.put_u32(3);
         src.put_slice(&[0xff, 0xff, 0xff]);
-        let err = FrameCodec::<Msg>::new(1024).decode(&mut src).unwrap_err();
+        let err = FrameCodec::<Msg>::new(1024)
+            .decode(&mut src)
+            .expect_err("must fail");
         assert!(matches!(err, FrameError::BadHeader(_)), "{err}");
     }
 
@@ -253,7 +257,9 @@ mod tests {
         src.put_u32(8);
         src.put_u32(100);
         src.put_slice(&[0; 4]);
-        let err = FrameCodec::<Msg>::new(1024).decode(&mut src).unwrap_err();
+        let err = FrameCodec::<Msg>::new(1024)
+            .decode(&mut src)
+            .expect_err("must fail");
         assert!(matches!(err, FrameError::BadHeaderLength { .. }), "{err}");
     }
 
@@ -263,7 +269,7 @@ mod tests {
         let mut src = BytesMut::from(&wire[..wire.len() - 1]);
         let err = FrameCodec::<Msg>::new(1024)
             .decode_eof(&mut src)
-            .unwrap_err();
+            .expect_err("must fail");
         assert!(matches!(err, FrameError::Truncated { .. }), "{err}");
     }
 }

@@ -202,6 +202,23 @@ pub struct FsckReport {
     pub health: Health,
 }
 
+/// A request for more DataNodes for an existing pipeline (HDFS `getAdditionalDatanode`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdditionalDatanodes {
+    /// The file being written.
+    pub path: String,
+    /// The writer (must hold the lease).
+    pub client: String,
+    /// The block being written.
+    pub block: ExtendedBlock,
+    /// DataNodes already in the pipeline.
+    pub existing: Vec<NodeId>,
+    /// DataNodes not to pick (failed ones).
+    pub exclude: Vec<NodeId>,
+    /// How many to add.
+    pub count: u32,
+}
+
 /// A bad replica, as a reader found it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BadReplica {
@@ -274,14 +291,9 @@ pub trait ClientProtocol {
         new_block: ExtendedBlock,
         nodes: Vec<NodeId>,
     ) -> Result<(), MetaError>;
-    /// Picks `count` more DataNodes for an existing pipeline, none in `existing` or `exclude`.
+    /// Picks `req.count` more DataNodes for an existing pipeline, none in `existing` or `exclude`.
     async fn get_additional_datanodes(
-        path: String,
-        block: ExtendedBlock,
-        existing: Vec<NodeId>,
-        exclude: Vec<NodeId>,
-        count: u32,
-        client: String,
+        req: AdditionalDatanodes,
     ) -> Result<Vec<DatanodeId>, MetaError>;
     /// Reports replicas that served bad data.
     async fn report_bad_blocks(replicas: Vec<BadReplica>) -> Result<(), MetaError>;

@@ -58,14 +58,15 @@ fn dotted_keys_and_nested_tables_are_the_same() {
 
 #[test]
 fn unknown_key_and_section_are_named() {
-    let err = SluiceConfig::from_toml_str("[datanode]\nwrite.buffer.sise.bytes = 1\n").unwrap_err();
+    let err = SluiceConfig::from_toml_str("[datanode]\nwrite.buffer.sise.bytes = 1\n")
+        .expect_err("must fail");
     assert_eq!(
         err,
         ConfigError::UnknownKey {
             key: "datanode.write.buffer.sise.bytes".into()
         }
     );
-    let err = SluiceConfig::from_toml_str("[datnode]\nport = 1\n").unwrap_err();
+    let err = SluiceConfig::from_toml_str("[datnode]\nport = 1\n").expect_err("must fail");
     assert!(
         matches!(err, ConfigError::UnknownSection { ref section } if section == "datnode"),
         "{err}"
@@ -74,18 +75,21 @@ fn unknown_key_and_section_are_named() {
 
 #[test]
 fn bad_values_name_the_key() {
-    let err = SluiceConfig::from_toml_str("[client]\nread.mode = \"sideways\"\n").unwrap_err();
+    let err =
+        SluiceConfig::from_toml_str("[client]\nread.mode = \"sideways\"\n").expect_err("must fail");
     assert!(
         matches!(err, ConfigError::BadValue { ref key, .. } if key == "client.read.mode"),
         "{err}"
     );
-    let err = SluiceConfig::from_toml_str("[metadata]\nlease.hard.limit = 20\n").unwrap_err();
+    let err =
+        SluiceConfig::from_toml_str("[metadata]\nlease.hard.limit = 20\n").expect_err("must fail");
     let text = err.to_string();
     assert!(
         text.contains("metadata.lease.hard.limit") && text.contains("no unit"),
         "{text}"
     );
-    let err = SluiceConfig::from_toml_str("[client]\nwrite.packet.size = 1000\n").unwrap_err();
+    let err =
+        SluiceConfig::from_toml_str("[client]\nwrite.packet.size = 1000\n").expect_err("must fail");
     assert!(
         matches!(err, ConfigError::Invalid { ref key, .. } if key == "client.write.packet.size"),
         "{err}"
@@ -126,7 +130,7 @@ fn environment_overrides_the_file() {
 #[test]
 fn unknown_environment_key_is_an_error() {
     let err = SluiceConfig::load_with_env(None, env(&[("SLUICE_CLIENT__READ__MOOD", "stream")]))
-        .unwrap_err();
+        .expect_err("must fail");
     assert_eq!(
         err,
         ConfigError::UnknownKey {
@@ -138,7 +142,7 @@ fn unknown_environment_key_is_an_error() {
 #[test]
 fn missing_file_is_an_error_naming_it() {
     let err = SluiceConfig::load_with_env(Some(Path::new("/nonexistent/sluice.toml")), env(&[]))
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(
         err.to_string().contains("/nonexistent/sluice.toml"),
         "{err}"

@@ -312,7 +312,7 @@ mod tests {
     fn durations_need_units_except_millis() {
         let d: HumanDuration = serde_json::from_str("\"10m 30s\"").expect("parse");
         assert_eq!(d.get(), Duration::from_secs(630));
-        let err = serde_json::from_str::<HumanDuration>("10").unwrap_err();
+        let err = serde_json::from_str::<HumanDuration>("10").expect_err("must fail");
         assert!(err.to_string().contains("has no unit"), "{err}");
         let m: Millis = serde_json::from_str("2000").expect("parse");
         assert_eq!(m.get(), Duration::from_secs(2));
