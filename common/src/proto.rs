@@ -135,8 +135,10 @@ pub struct PacketHeader {
 pub struct PipelineAck {
     /// The packet's sequence number.
     pub seqno: i64,
-    /// One status per DataNode from the sender to the end of the pipeline. A DataNode whose
-    /// downstream failed stops the list after its own status and marks the failure in it.
+    /// One status per DataNode from the sender to the end of the pipeline: `replies[i]` is the
+    /// i-th DataNode counting from the sender. A DataNode whose downstream connection failed (or
+    /// did not ack within the socket timeout) sends `[own status, Error]`: the `Error` names its
+    /// immediate downstream as the bad node.
     pub replies: Vec<Status>,
 }
 
