@@ -1,1 +1,27 @@
-// client
+//! Sluice client: the [`FileSystem`] API to write and read files in a Sluice cluster.
+//!
+//! - [`filesystem`]: the entry point — metadata RPCs, `create`, `open`, namespace operations.
+//! - [`write`]: [`FileWriter`] and its streamer task (packets, pipeline, ack queue).
+//! - [`read`]: [`FileReader`] (stream mode, chunk mode, positioned reads, failover).
+//! - [`error`]: the error type, [`ClientError`].
+//! - `connection`: framed data-transfer connections to DataNodes.
+//! - `lease`: the lease renewer.
+//!
+//! The library depends on `sluice-common` only; the wire protocols are described in
+//! `docs/protocol.md` and the client's behaviour in `docs/client.md`.
+
+mod connection;
+pub mod error;
+pub mod filesystem;
+mod lease;
+pub mod read;
+pub mod write;
+
+pub use error::ClientError;
+pub use filesystem::{ConnectOptions, FileSystem};
+pub use read::{FileReader, ReadOptions};
+pub use sluice_common::config::{ClientConfig, ReadMode};
+pub use sluice_common::rpc::{
+    ClusterReport, FileKind, FileStatus, FsckReport, Health, LocatedBlock, LocatedBlocks,
+};
+pub use write::{FileWriter, WriteOptions};

@@ -1,0 +1,304 @@
+//! A data-transfer connection to one DataNode: framed TCP with the socket timeout applied to
+//! every connect, send and receive, and errors that name the DataNode.
+
+use crate::error::ClientError;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use sluice_common::checksum;
+use sluice_common::frame::{Frame, FrameCodec};
+use sluice_common::proto::{ChunkHeader, Message, Op, OpResponse, PROTOCOL_VERSION};
+use sluice_common::{BlockId, ChecksumError, DatanodeId, Status};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, FramedRead, FramedWrite};
+
+/// The frame stream read from a DataNode.
+pub(crate) type FrameReader = FramedRead<OwnedReadHalf, FrameCodec<Message>>;
+/// The frame sink written to a DataNode.
+pub(crate) type FrameWriter = FramedWrite<OwnedWriteHalf, FrameCodec<Message>>;
+
+/// How to talk to DataNodes: socket timeout and frame limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DnSettings {
+    /// Timeout of every connect, send and receive.
+    pub timeout: Duration,
+    /// Largest frame accepted or sent.
+    pub max_frame: usize,
+}
+
+/// One framed connection to a DataNode.
+pub(crate) struct DnConnection {
+    node: String,
+    framed: Framed<TcpStream, FrameCodec<Message>>,
+    timeout: Duration,
+}
+
+impl DnConnection {
+    /// Connects to `dn`'s data address.
+    pub(crate) async fn connect(
+        dn: &DatanodeId,
+        settings: DnSettings,
+    ) -> Result<DnConnection, ClientError> {
+        let node = dn.to_string();
+        let stream = tokio::time::timeout(settings.timeout, TcpStream::connect(&dn.data_addr))
+            .await
+            .map_err(|_| ClientError::Timeout {
+                node: node.clone(),
+                what: "connect",
+                after: settings.timeout,
+            })?
+            .map_err(|e| ClientError::dn_io(&node, "connect", e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| ClientError::dn_io(&node, "set TCP_NODELAY", e))?;
+        Ok(DnConnection {
+            node,
+            framed: Framed::new(stream, FrameCodec::new(settings.max_frame)),
+            timeout: settings.timeout,
+        })
+    }
+
+    /// The DataNode's display name (`id@addr`).
+    pub(crate) fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Sends one frame.
+    pub(crate) async fn send(&mut self, frame: Frame<Message>) -> Result<(), ClientError> {
+        send_frame(&mut self.framed, frame, &self.node, self.timeout).await
+    }
+
+    /// Sends an `Op` with this build's protocol version.
+    pub(crate) async fn send_op(&mut self, op: Op) -> Result<(), ClientError> {
+        self.send(Frame::new(Message::Op {
+            version: PROTOCOL_VERSION,
+            op,
+        }))
+        .await
+    }
+
+    /// Receives one frame; `what` names it in errors.
+    pub(crate) async fn recv(&mut self, what: &'static str) -> Result<Frame<Message>, ClientError> {
+        recv_frame(&mut self.framed, &self.node, self.timeout, what).await
+    }
+
+    /// Receives the `OpResponse` of an op on `block`; an error status becomes
+    /// [`ClientError::Datanode`].
+    pub(crate) async fn recv_op_response(
+        &mut self,
+        block: BlockId,
+    ) -> Result<OpResponse, ClientError> {
+        let frame = self.recv("the op response").await?;
+        let resp = match frame.header {
+            Message::OpResponse(r) => r,
+            other => {
+                return Err(ClientError::protocol(
+                    &self.node,
+                    format!("expected an OpResponse, got {}", message_name(&other)),
+                ))
+            }
+        };
+        if !resp.status.is_success() {
+            return Err(status_error(&self.node, block, resp.status, &resp.message));
+        }
+        Ok(resp)
+    }
+
+    /// Splits into independent read and write halves (for a write pipeline).
+    pub(crate) fn split(self) -> (FrameReader, FrameWriter) {
+        let parts = self.framed.into_parts();
+        let codec = parts.codec;
+        let (r, w) = parts.io.into_split();
+        let mut reader = FramedRead::new(r, codec.clone());
+        // Bytes already read past the last frame belong to the reader.
+        *reader.read_buffer_mut() = parts.read_buf;
+        (reader, FramedWrite::new(w, codec))
+    }
+}
+
+/// Sends one frame within `timeout`.
+pub(crate) async fn send_frame<S>(
+    sink: &mut S,
+    frame: Frame<Message>,
+    node: &str,
+    timeout: Duration,
+) -> Result<(), ClientError>
+where
+    S: futures::Sink<Frame<Message>, Error = sluice_common::FrameError> + Unpin,
+{
+    match tokio::time::timeout(timeout, sink.send(frame)).await {
+        Err(_) => Err(ClientError::Timeout {
+            node: node.to_string(),
+            what: "sending a frame",
+            after: timeout,
+        }),
+        Ok(Err(e)) => Err(frame_error(node, "send", e)),
+        Ok(Ok(())) => Ok(()),
+    }
+}
+
+/// Receives one frame within `timeout`.
+pub(crate) async fn recv_frame<S>(
+    stream: &mut S,
+    node: &str,
+    timeout: Duration,
+    what: &'static str,
+) -> Result<Frame<Message>, ClientError>
+where
+    S: futures::Stream<Item = Result<Frame<Message>, sluice_common::FrameError>> + Unpin,
+{
+    match tokio::time::timeout(timeout, stream.next()).await {
+        Err(_) => Err(ClientError::Timeout {
+            node: node.to_string(),
+            what,
+            after: timeout,
+        }),
+        Ok(None) => Err(ClientError::Closed {
+            node: node.to_string(),
+            what,
+        }),
+        Ok(Some(Err(e))) => Err(frame_error(node, "receive", e)),
+        Ok(Some(Ok(f))) => Ok(f),
+    }
+}
+
+/// Maps a codec error, keeping socket errors as [`ClientError::DatanodeIo`].
+pub(crate) fn frame_error(
+    node: &str,
+    what: &'static str,
+    e: sluice_common::FrameError,
+) -> ClientError {
+    match e {
+        sluice_common::FrameError::Io(io) => ClientError::dn_io(node, what, io),
+        other => ClientError::Frame {
+            node: node.to_string(),
+            source: Arc::new(other),
+        },
+    }
+}
+
+/// The error for a non-success status from `node`.
+pub(crate) fn status_error(node: &str, block: BlockId, status: Status, msg: &str) -> ClientError {
+    ClientError::Datanode {
+        node: node.to_string(),
+        block,
+        status,
+        message: msg.to_string(),
+    }
+}
+
+/// A short name of a message, for protocol errors.
+pub(crate) fn message_name(m: &Message) -> &'static str {
+    match m {
+        Message::Op { .. } => "Op",
+        Message::Packet(_) => "Packet",
+        Message::OpResponse(_) => "OpResponse",
+        Message::Ack(_) => "Ack",
+        Message::Chunk(_) => "Chunk",
+        Message::ReadEnd(_) => "ReadEnd",
+    }
+}
+
+/// Splits a `Chunk` payload into its data, checking (when `verify`) every checksum. The data
+/// starts at `header.offset` in `block`; any length or checksum problem is a
+/// [`ClientError::Checksum`] naming the block, the offset and the DataNode.
+pub(crate) fn chunk_data(
+    header: &ChunkHeader,
+    payload: Bytes,
+    block: BlockId,
+    node: &str,
+    verify: bool,
+) -> Result<Bytes, ClientError> {
+    let bpc = header.bytes_per_checksum;
+    if bpc == 0 {
+        return Err(ClientError::protocol(
+            node,
+            "chunk with bytes_per_checksum 0",
+        ));
+    }
+    if !header.offset.is_multiple_of(u64::from(bpc)) {
+        return Err(ClientError::protocol(
+            node,
+            format!("chunk offset {} is not a multiple of {bpc}", header.offset),
+        ));
+    }
+    let data_len = header.data_len as usize;
+    let sums_len = checksum::checksum_len(data_len, bpc);
+    let checksum_err = |source| ClientError::Checksum {
+        block,
+        offset: header.offset,
+        node: node.to_string(),
+        source,
+    };
+    if payload.len() != sums_len + data_len {
+        return Err(checksum_err(ChecksumError::Length {
+            offset: header.offset,
+            expected: sums_len,
+            actual: payload.len().saturating_sub(data_len),
+        }));
+    }
+    let data = payload.slice(sums_len..);
+    if verify {
+        checksum::verify(&data, &payload[..sums_len], bpc, header.offset).map_err(|e| {
+            let offset = match &e {
+                ChecksumError::Mismatch { offset, .. } | ChecksumError::Length { offset, .. } => {
+                    *offset
+                }
+            };
+            ClientError::Checksum {
+                block,
+                offset,
+                node: node.to_string(),
+                source: e,
+            }
+        })?;
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_payload_checks_name_block_offset_and_node() {
+        let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let mut payload = checksum::compute(&data, 512);
+        payload.extend_from_slice(&data);
+        let header = ChunkHeader {
+            offset: 1024,
+            data_len: 1000,
+            bytes_per_checksum: 512,
+        };
+        let got = chunk_data(
+            &header,
+            Bytes::from(payload.clone()),
+            BlockId(3),
+            "dn",
+            true,
+        )
+        .unwrap();
+        assert_eq!(&got[..], &data[..]);
+        let mut bad = payload.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        match chunk_data(&header, Bytes::from(bad), BlockId(3), "dnX", true) {
+            Err(ClientError::Checksum {
+                block,
+                offset,
+                node,
+                ..
+            }) => {
+                assert_eq!((block, offset, node.as_str()), (BlockId(3), 1536, "dnX"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let short = Bytes::from(payload[..payload.len() - 10].to_vec());
+        assert!(matches!(
+            chunk_data(&header, short, BlockId(3), "dn", false),
+            Err(ClientError::Checksum { .. })
+        ));
+    }
+}

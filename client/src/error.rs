@@ -1,0 +1,322 @@
+//! The client's one error type: metadata errors (matchable as [`ClientError::Meta`]), RPC
+//! transport failures, DataNode failures naming the node, checksum errors naming the block,
+//! offset and DataNode, timeouts and configuration errors.
+//!
+//! `ClientError` is `Clone` (I/O sources are kept behind an `Arc`) because a writer's first
+//! error is reported again by every later `write`, `hflush` and `close`.
+
+use sluice_common::config::ConfigError;
+use sluice_common::{BlockId, ChecksumError, FrameError, MetaError, Status};
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Everything that can go wrong in the client.
+#[derive(Debug, Clone, Error)]
+pub enum ClientError {
+    /// The metadata service refused the request.
+    #[error("{0}")]
+    Meta(#[from] MetaError),
+    /// A metadata RPC failed in transport (connection lost, deadline exceeded).
+    #[error("metadata RPC {call} failed: {message}")]
+    Rpc {
+        /// The RPC.
+        call: &'static str,
+        /// What tarpc reported.
+        message: String,
+    },
+    /// The metadata service could not be reached.
+    #[error("cannot connect to the metadata service at {addr}: {source}")]
+    Connect {
+        /// The configured address.
+        addr: String,
+        /// The socket error.
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// A socket to a DataNode failed (connect, read or write).
+    #[error("DataNode {node}: {what}: {source}")]
+    DatanodeIo {
+        /// The DataNode (`id@addr`).
+        node: String,
+        /// What was being done.
+        what: &'static str,
+        /// The socket error.
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// A DataNode sent a frame that could not be decoded.
+    #[error("DataNode {node}: bad frame: {source}")]
+    Frame {
+        /// The DataNode.
+        node: String,
+        /// The codec error.
+        #[source]
+        source: Arc<FrameError>,
+    },
+    /// A DataNode answered with an error status.
+    #[error("DataNode {node} answered {status} for {block}: {message}")]
+    Datanode {
+        /// The DataNode.
+        node: String,
+        /// The block.
+        block: BlockId,
+        /// The wire status.
+        status: Status,
+        /// The DataNode's explanation.
+        message: String,
+    },
+    /// A DataNode closed the connection when more was expected.
+    #[error("DataNode {node} closed the connection while the client waited for {what}")]
+    Closed {
+        /// The DataNode.
+        node: String,
+        /// What was awaited.
+        what: &'static str,
+    },
+    /// A DataNode broke the protocol (unexpected message, offsets out of order).
+    #[error("DataNode {node} broke the protocol: {reason}")]
+    Protocol {
+        /// The DataNode.
+        node: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// Data read from a DataNode did not match its checksums.
+    #[error("checksum error in {block} at offset {offset} from DataNode {node}: {source}")]
+    Checksum {
+        /// The block.
+        block: BlockId,
+        /// Block offset of the bad chunk.
+        offset: u64,
+        /// The DataNode that served it.
+        node: String,
+        /// The mismatch.
+        #[source]
+        source: ChecksumError,
+    },
+    /// A DataNode did not answer within the socket timeout.
+    #[error("timed out after {after:?} waiting for {what} from DataNode {node}")]
+    Timeout {
+        /// The DataNode.
+        node: String,
+        /// What was awaited.
+        what: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+    /// A write pipeline failed; `node` is the DataNode blamed (HDFS's bad node index).
+    #[error("write pipeline for {block} failed at DataNode {node} (position {index}): {reason}")]
+    Pipeline {
+        /// The block being written.
+        block: BlockId,
+        /// The DataNode blamed.
+        node: String,
+        /// Its position in the pipeline (0 = first).
+        index: usize,
+        /// What happened.
+        reason: String,
+    },
+    /// No pipeline could be set up for a new block.
+    #[error("could not set up a pipeline for a new block of {path} after {attempts} attempts (DataNodes tried: {}): {last}", tried.join(", "))]
+    PipelineSetup {
+        /// The file.
+        path: String,
+        /// Attempts made.
+        attempts: u32,
+        /// DataNodes excluded along the way.
+        tried: Vec<String>,
+        /// The last failure.
+        last: String,
+    },
+    /// `complete` did not succeed before its deadline (the last block was not reported).
+    #[error("could not complete {path} within {after:?}: the last block is not yet reported by the DataNodes")]
+    CompleteTimeout {
+        /// The file.
+        path: String,
+        /// How long the client tried.
+        after: Duration,
+    },
+    /// None of a block's DataNodes could say how long its replica is (file under construction).
+    #[error("cannot obtain the visible length of {block} of a file under construction: {reason}")]
+    BlockLength {
+        /// The block.
+        block: BlockId,
+        /// Why.
+        reason: String,
+    },
+    /// A replica's visible length ends before the offset wanted (it may still be receiving
+    /// data, or it buffers acknowledged bytes in memory).
+    #[error("the replica of {block} on DataNode {node} ends at {visible} bytes; offset {wanted} was wanted")]
+    ShortReplica {
+        /// The block.
+        block: BlockId,
+        /// The DataNode.
+        node: String,
+        /// Its visible length.
+        visible: u64,
+        /// The block offset wanted.
+        wanted: u64,
+    },
+    /// A block has no replica left to read from.
+    #[error("no readable replica of {block} holds offset {offset}")]
+    NoReplica {
+        /// The block.
+        block: BlockId,
+        /// The block offset wanted.
+        offset: u64,
+    },
+    /// A seek outside the file.
+    #[error("seek to {pos} is outside the file ({len} bytes)")]
+    SeekOutOfRange {
+        /// The position asked for (may be negative).
+        pos: i128,
+        /// The file length.
+        len: u64,
+    },
+    /// The writer is closed (or failed and was closed).
+    #[error("the writer of {path} is closed")]
+    WriterClosed {
+        /// The file.
+        path: String,
+    },
+    /// The configuration is invalid.
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+    /// An argument is invalid.
+    #[error("invalid argument {name}: {reason}")]
+    InvalidArgument {
+        /// The argument.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl From<ConfigError> for ClientError {
+    fn from(e: ConfigError) -> Self {
+        ClientError::Config(e.to_string())
+    }
+}
+
+impl ClientError {
+    /// A [`ClientError::DatanodeIo`].
+    pub(crate) fn dn_io(node: &str, what: &'static str, e: io::Error) -> Self {
+        ClientError::DatanodeIo {
+            node: node.to_string(),
+            what,
+            source: Arc::new(e),
+        }
+    }
+
+    /// A [`ClientError::Protocol`].
+    pub(crate) fn protocol(node: &str, reason: impl Into<String>) -> Self {
+        ClientError::Protocol {
+            node: node.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// True when the error says the metadata service refused the request (as opposed to a
+    /// transport or DataNode failure).
+    pub fn is_meta(&self) -> bool {
+        matches!(self, ClientError::Meta(_))
+    }
+
+    fn io_kind(&self) -> io::ErrorKind {
+        use io::ErrorKind as K;
+        match self {
+            ClientError::Meta(m) => match m {
+                MetaError::NotFound { .. } => K::NotFound,
+                MetaError::AlreadyExists { .. } => K::AlreadyExists,
+                MetaError::InvalidPath { .. } | MetaError::InvalidArgument { .. } => {
+                    K::InvalidInput
+                }
+                MetaError::DirectoryNotEmpty { .. } => K::DirectoryNotEmpty,
+                MetaError::NotADirectory { .. } => K::NotADirectory,
+                MetaError::IsADirectory { .. } => K::IsADirectory,
+                _ => K::Other,
+            },
+            ClientError::Connect { source, .. } | ClientError::DatanodeIo { source, .. } => {
+                source.kind()
+            }
+            ClientError::Timeout { .. } | ClientError::CompleteTimeout { .. } => K::TimedOut,
+            ClientError::Checksum { .. } | ClientError::Frame { .. } => K::InvalidData,
+            ClientError::Protocol { .. } => K::InvalidData,
+            ClientError::Closed { .. } => K::UnexpectedEof,
+            ClientError::SeekOutOfRange { .. } | ClientError::InvalidArgument { .. } => {
+                K::InvalidInput
+            }
+            ClientError::WriterClosed { .. } => K::BrokenPipe,
+            _ => K::Other,
+        }
+    }
+}
+
+/// The `AsyncRead`/`AsyncWrite` impls surface the real cause: the `io::Error` wraps the
+/// `ClientError` (recover it with `get_ref()` and `downcast_ref::<ClientError>()`).
+impl From<ClientError> for io::Error {
+    fn from(e: ClientError) -> Self {
+        io::Error::new(e.io_kind(), e)
+    }
+}
+
+/// Turns a tarpc call result into the client's error.
+pub(crate) fn rpc_result<T>(
+    call: &'static str,
+    r: Result<Result<T, MetaError>, tarpc::client::RpcError>,
+) -> Result<T, ClientError> {
+    match r {
+        Ok(inner) => inner.map_err(ClientError::Meta),
+        Err(e) => Err(ClientError::Rpc {
+            call,
+            message: error_chain(&e),
+        }),
+    }
+}
+
+/// An error with its sources, `a: b: c`.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_error_keeps_the_client_error_and_a_fitting_kind() {
+        let e = ClientError::Meta(MetaError::NotFound { path: "/x".into() });
+        let io: io::Error = e.into();
+        assert_eq!(io.kind(), io::ErrorKind::NotFound);
+        let inner = io
+            .get_ref()
+            .and_then(|r| r.downcast_ref::<ClientError>())
+            .unwrap();
+        assert!(matches!(
+            inner,
+            ClientError::Meta(MetaError::NotFound { .. })
+        ));
+        let c = ClientError::Checksum {
+            block: BlockId(7),
+            offset: 512,
+            node: "dn1@127.0.0.1:1".into(),
+            source: ChecksumError::Mismatch {
+                offset: 512,
+                expected: 1,
+                actual: 2,
+            },
+        };
+        let text = c.to_string();
+        assert!(text.contains("blk_7") && text.contains("512") && text.contains("dn1"));
+        assert_eq!(io::Error::from(c).kind(), io::ErrorKind::InvalidData);
+    }
+}

@@ -1,0 +1,236 @@
+//! The reader's cursor over one block at a time: it keeps the current stream (or chunk
+//! connection) and its buffer, serves reads from the buffer, and refills it from the network,
+//! failing over to another replica when a DataNode fails, serves bad data, or is shorter
+//! than needed. Failed replicas are excluded for the rest of the block; a checksum error is
+//! reported to the metadata service.
+
+use super::buffer::ReadBuffer;
+use super::chunk::ChunkReader;
+use super::stream::{BlockStream, Wait};
+use super::ReadCtx;
+use crate::error::ClientError;
+use sluice_common::config::ReadMode;
+use sluice_common::rpc::{BadReplica, LocatedBlock};
+use sluice_common::{DatanodeId, NodeId};
+use std::sync::Arc;
+use tracing::{debug, warn};
+
+/// Where the current block's bytes come from.
+enum Source {
+    None,
+    Stream(BlockStream),
+    Chunk {
+        reader: Box<ChunkReader>,
+        buf: ReadBuffer,
+    },
+}
+
+/// The block being read and its replica bookkeeping.
+pub(crate) struct Cursor {
+    ctx: Arc<ReadCtx>,
+    /// Index of the current block.
+    index: usize,
+    source: Source,
+    /// Replicas of the current block that failed.
+    failed: Vec<NodeId>,
+    last_error: Option<ClientError>,
+}
+
+impl Cursor {
+    /// A cursor with nothing open yet.
+    pub(crate) fn new(ctx: Arc<ReadCtx>) -> Cursor {
+        Cursor {
+            ctx,
+            index: usize::MAX,
+            source: Source::None,
+            failed: Vec::new(),
+            last_error: None,
+        }
+    }
+
+    /// Copies buffered bytes at file position `pos`; `None` when they are not buffered.
+    pub(crate) fn try_read(&mut self, pos: u64, out: &mut [u8]) -> Option<usize> {
+        let idx = self.ctx.block_index(pos)?;
+        if idx != self.index || out.is_empty() {
+            return None;
+        }
+        let bpos = pos - self.ctx.blocks[idx].offset;
+        let n = match &mut self.source {
+            Source::None => 0,
+            Source::Stream(s) => s.try_copy(bpos, out),
+            Source::Chunk { buf, .. } => {
+                let n = buf.copy_at(bpos, out);
+                buf.release_before(bpos + n as u64);
+                n
+            }
+        };
+        (n > 0).then_some(n)
+    }
+
+    /// Makes file position `pos` (inside the file) buffered.
+    pub(crate) async fn fill(&mut self, pos: u64) -> Result<(), ClientError> {
+        let idx = self
+            .ctx
+            .block_index(pos)
+            .ok_or_else(|| ClientError::InvalidArgument {
+                name: "pos",
+                reason: format!("{pos} is past the end of {}", self.ctx.path),
+            })?;
+        if idx != self.index {
+            self.index = idx;
+            self.source = Source::None;
+            self.failed.clear();
+            self.last_error = None;
+        }
+        let ctx = Arc::clone(&self.ctx);
+        let lb = &ctx.blocks[idx];
+        let bpos = pos - lb.offset;
+        loop {
+            let done = match ctx.mode {
+                ReadMode::Stream => self.fill_stream(lb, bpos).await,
+                ReadMode::Chunk => self.fill_chunk(lb, bpos).await,
+            };
+            match done {
+                Ok(true) => return Ok(()),
+                Ok(false) => continue,
+                Err(e) => {
+                    // Every replica failed: report, and start afresh on the next read.
+                    self.failed.clear();
+                    self.last_error = None;
+                    self.source = Source::None;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One step in stream mode: `Ok(true)` when buffered, `Ok(false)` to try again.
+    async fn fill_stream(&mut self, lb: &LocatedBlock, bpos: u64) -> Result<bool, ClientError> {
+        if !matches!(self.source, Source::Stream(_)) {
+            let dn = self.pick(lb, bpos)?;
+            let length = lb.block.num_bytes - bpos;
+            debug!(block = %lb.block.id, node = %dn, offset = bpos, length, "starting stream");
+            let s = BlockStream::start(dn, lb.block, bpos, length, self.ctx.params);
+            self.source = Source::Stream(s);
+        }
+        let Source::Stream(s) = &self.source else {
+            return Ok(false);
+        };
+        match s.wait_for(bpos).await {
+            Wait::Ready => Ok(true),
+            Wait::Restart => {
+                self.source = Source::None;
+                Ok(false)
+            }
+            Wait::Short { end } => {
+                let node = s.node().clone();
+                let e = short_error(lb, &node, end, bpos);
+                self.replica_failed(lb, node, e).await;
+                Ok(false)
+            }
+            Wait::Failed(e) => {
+                let node = s.node().clone();
+                self.replica_failed(lb, node, e).await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// One step in chunk mode.
+    async fn fill_chunk(&mut self, lb: &LocatedBlock, bpos: u64) -> Result<bool, ClientError> {
+        if !matches!(self.source, Source::Chunk { .. }) {
+            let dn = self.pick(lb, bpos)?;
+            match ChunkReader::connect(&dn, lb.block, self.ctx.params.settings).await {
+                Ok(reader) => {
+                    let reader = Box::new(reader);
+                    let buf = ReadBuffer::new(bpos, usize::MAX);
+                    self.source = Source::Chunk { reader, buf };
+                }
+                Err(e) => {
+                    self.replica_failed(lb, dn, e).await;
+                    return Ok(false);
+                }
+            }
+        }
+        let Source::Chunk { reader, buf } = &mut self.source else {
+            return Ok(false);
+        };
+        let length = self.ctx.chunk_size.min(lb.block.num_bytes - bpos);
+        let verify = self.ctx.params.verify;
+        let outcome: Result<(), ClientError> = match reader.read(bpos, length, verify).await {
+            Ok(chunk) => {
+                *buf = ReadBuffer::new(bpos, usize::MAX);
+                let _ = buf.push(chunk.start, chunk.data);
+                if buf.contains(bpos) {
+                    return Ok(true);
+                }
+                Err(short_error(lb, reader.node(), buf.end(), bpos))
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            let node = reader.node().clone();
+            self.replica_failed(lb, node, e).await;
+        }
+        Ok(false)
+    }
+
+    /// The first replica of `lb` that has not failed; the last error when none is left.
+    fn pick(&mut self, lb: &LocatedBlock, bpos: u64) -> Result<DatanodeId, ClientError> {
+        match lb
+            .locations
+            .iter()
+            .find(|d| !self.failed.contains(&d.node_id))
+        {
+            Some(d) => Ok(d.clone()),
+            None => Err(self.last_error.take().unwrap_or(ClientError::NoReplica {
+                block: lb.block.id,
+                offset: bpos,
+            })),
+        }
+    }
+
+    /// Excludes `node` for this block, reports a checksum error, and remembers the error.
+    async fn replica_failed(&mut self, lb: &LocatedBlock, node: DatanodeId, e: ClientError) {
+        warn!(block = %lb.block.id, node = %node, error = %e, "replica failed; trying another");
+        self.source = Source::None;
+        self.failed.push(node.node_id.clone());
+        if matches!(e, ClientError::Checksum { .. }) {
+            report_bad(&self.ctx, lb, &node, &e).await;
+        }
+        self.last_error = Some(e);
+    }
+}
+
+fn short_error(lb: &LocatedBlock, node: &DatanodeId, end: u64, bpos: u64) -> ClientError {
+    ClientError::ShortReplica {
+        block: lb.block.id,
+        node: node.to_string(),
+        visible: end,
+        wanted: bpos,
+    }
+}
+
+/// Tells the metadata service that `node` served corrupt data for `lb`.
+pub(crate) async fn report_bad(
+    ctx: &ReadCtx,
+    lb: &LocatedBlock,
+    node: &DatanodeId,
+    e: &ClientError,
+) {
+    let bad = vec![BadReplica {
+        block: lb.block,
+        node: node.node_id.clone(),
+        reason: e.to_string(),
+    }];
+    let r = ctx
+        .fs
+        .call("report_bad_blocks", true, |c, cx| {
+            let bad = bad.clone();
+            async move { c.report_bad_blocks(cx, bad).await }
+        })
+        .await;
+    if let Err(err) = r {
+        warn!(block = %lb.block.id, node = %node, error = %err, "report_bad_blocks failed");
+    }
+}

@@ -1,0 +1,343 @@
+//! The read path: [`FileReader`] (HDFS `DFSInputStream`, Ozone `StreamBlockInputStream`).
+//!
+//! - [`buffer`]: the bounded buffer of one block stream (plain logic).
+//! - [`stream`]: stream mode, one `ReadBlock` per block position, fetched by a task.
+//! - [`chunk`]: chunk mode, one `ReadChunk` per chunk.
+//! - [`cursor`]: the current block, refills, and replica failover.
+//! - [`locate`]: the blocks and, for a file being written, the last block's visible length.
+//!
+//! Positioned reads ([`FileReader::read_at`]) use their own short requests and never touch the
+//! stream.
+
+mod buffer;
+mod chunk;
+mod cursor;
+mod locate;
+mod stream;
+
+use crate::connection::{chunk_data, message_name, status_error, DnConnection, DnSettings};
+use crate::error::ClientError;
+use crate::filesystem::FsInner;
+use cursor::Cursor;
+use sluice_common::config::ReadMode;
+use sluice_common::proto::{Message, Op, ReadBlockOp};
+use sluice_common::rpc::{FileKind, LocatedBlock};
+use sluice_common::{DatanodeId, MetaError};
+use std::future::Future;
+use std::io::{self, SeekFrom};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use stream::StreamParams;
+use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
+use tracing::{debug, warn};
+
+/// Options of [`crate::FileSystem::open_with`]; `None` takes the configured value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Stream or chunk mode (`read.mode`).
+    pub mode: Option<ReadMode>,
+    /// Verify checksums (`read.verify.checksum`).
+    pub verify_checksum: Option<bool>,
+    /// Bytes kept ahead of the reader per stream (`read.buffer.bytes`).
+    pub buffer_bytes: Option<u64>,
+}
+
+/// What every part of one open reader shares.
+pub(crate) struct ReadCtx {
+    pub fs: Arc<FsInner>,
+    pub path: String,
+    /// Blocks in order; `block.num_bytes` is the readable length.
+    pub blocks: Vec<LocatedBlock>,
+    pub len: u64,
+    pub mode: ReadMode,
+    pub params: StreamParams,
+    pub chunk_size: u64,
+}
+
+impl ReadCtx {
+    /// Index of the block holding file position `pos`.
+    pub(crate) fn block_index(&self, pos: u64) -> Option<usize> {
+        if pos >= self.len {
+            return None;
+        }
+        let i = self.blocks.partition_point(|b| b.offset <= pos);
+        let i = i.checked_sub(1)?;
+        let b = &self.blocks[i];
+        (pos < b.offset + b.block.num_bytes).then_some(i)
+    }
+}
+
+type FillFuture = Pin<Box<dyn Future<Output = (Cursor, Result<(), ClientError>)> + Send>>;
+
+/// A file open for reading. Implements [`AsyncRead`] and [`AsyncSeek`] (a seek past the end
+/// is an error that leaves the position unchanged).
+pub struct FileReader {
+    ctx: Arc<ReadCtx>,
+    pos: u64,
+    cursor: Option<Cursor>,
+    pending: Option<FillFuture>,
+}
+
+impl std::fmt::Debug for FileReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileReader")
+            .field("path", &self.ctx.path)
+            .field("len", &self.ctx.len)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl FileReader {
+    /// Opens `path`: its status, its blocks, and (under construction) the last block's
+    /// visible length from the DataNodes.
+    pub(crate) async fn open(
+        fs: Arc<FsInner>,
+        path: &str,
+        opts: ReadOptions,
+    ) -> Result<FileReader, ClientError> {
+        let p = path.to_string();
+        let status = fs
+            .call("stat", true, |c, ctx| {
+                let p = p.clone();
+                async move { c.stat(ctx, p).await }
+            })
+            .await?;
+        if status.kind == FileKind::Directory {
+            return Err(ClientError::Meta(MetaError::IsADirectory {
+                path: path.to_string(),
+            }));
+        }
+        let located = fs.block_locations(path).await?;
+        let cfg = &fs.cfg;
+        let params = StreamParams {
+            settings: DnSettings {
+                timeout: cfg.socket_timeout.get(),
+                max_frame: cfg.max_frame_bytes.as_usize(),
+            },
+            piece_size: u32::try_from(cfg.read_piece_bytes.bytes()).unwrap_or(u32::MAX),
+            buffer_bytes: opts
+                .buffer_bytes
+                .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+                .unwrap_or(cfg.read_buffer_bytes.as_usize()),
+            verify: opts.verify_checksum.unwrap_or(cfg.read_verify_checksum),
+        };
+        let blocks = locate::readable_blocks(located, params.settings).await?;
+        let len = blocks
+            .last()
+            .map(|b| b.offset + b.block.num_bytes)
+            .unwrap_or(0);
+        debug!(path, len, blocks = blocks.len(), "opened for reading");
+        let ctx = Arc::new(ReadCtx {
+            path: path.to_string(),
+            blocks,
+            len,
+            mode: opts.mode.unwrap_or(cfg.read_mode),
+            params,
+            chunk_size: cfg.read_chunk_size.bytes(),
+            fs,
+        });
+        Ok(FileReader {
+            cursor: Some(Cursor::new(Arc::clone(&ctx))),
+            ctx,
+            pos: 0,
+            pending: None,
+        })
+    }
+
+    /// The file's length (for a file being written: as readable when it was opened).
+    pub fn len(&self) -> u64 {
+        self.ctx.len
+    }
+
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.ctx.len == 0
+    }
+
+    /// The stream position.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// The read mode in use.
+    pub fn mode(&self) -> ReadMode {
+        self.ctx.mode
+    }
+
+    /// Reads up to `buf.len()` bytes at `pos` with requests of its own, without moving or
+    /// disturbing the stream. Returns fewer bytes only at the end of the file.
+    pub async fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<usize, ClientError> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let p = pos + done as u64;
+            let Some(idx) = self.ctx.block_index(p) else {
+                break;
+            };
+            let lb = &self.ctx.blocks[idx];
+            let bpos = p - lb.offset;
+            let want = ((lb.block.num_bytes - bpos) as usize).min(buf.len() - done);
+            read_range(&self.ctx, lb, bpos, &mut buf[done..done + want]).await?;
+            done += want;
+        }
+        Ok(done)
+    }
+
+    fn poll_read_inner(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<Result<(), ClientError>> {
+        loop {
+            if let Some(fut) = self.pending.as_mut() {
+                let (cursor, r) = ready!(fut.as_mut().poll(cx));
+                self.pending = None;
+                self.cursor = Some(cursor);
+                r?;
+            }
+            if buf.remaining() == 0 || self.pos >= self.ctx.len {
+                return Poll::Ready(Ok(()));
+            }
+            let mut cursor = match self.cursor.take() {
+                Some(c) => c,
+                None => Cursor::new(Arc::clone(&self.ctx)),
+            };
+            let out = buf.initialize_unfilled();
+            if let Some(n) = cursor.try_read(self.pos, out) {
+                buf.advance(n);
+                self.pos += n as u64;
+                self.cursor = Some(cursor);
+                return Poll::Ready(Ok(()));
+            }
+            let pos = self.pos;
+            self.pending = Some(Box::pin(async move {
+                let r = cursor.fill(pos).await;
+                (cursor, r)
+            }));
+        }
+    }
+}
+
+impl AsyncRead for FileReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.get_mut()
+            .poll_read_inner(cx, buf)
+            .map_err(io::Error::from)
+    }
+}
+
+impl AsyncSeek for FileReader {
+    fn start_seek(self: Pin<&mut Self>, position: SeekFrom) -> io::Result<()> {
+        let this = self.get_mut();
+        let len = this.ctx.len;
+        let target: i128 = match position {
+            SeekFrom::Start(n) => i128::from(n),
+            SeekFrom::End(d) => i128::from(len) + i128::from(d),
+            SeekFrom::Current(d) => i128::from(this.pos) + i128::from(d),
+        };
+        if target < 0 || target > i128::from(len) {
+            return Err(ClientError::SeekOutOfRange { pos: target, len }.into());
+        }
+        this.pos = target as u64;
+        Ok(())
+    }
+
+    fn poll_complete(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
+        Poll::Ready(Ok(self.pos))
+    }
+}
+
+/// Reads `out.len()` bytes at block offset `bpos` of `lb`, trying each replica in turn.
+async fn read_range(
+    ctx: &ReadCtx,
+    lb: &LocatedBlock,
+    bpos: u64,
+    out: &mut [u8],
+) -> Result<(), ClientError> {
+    let mut last: Option<ClientError> = None;
+    for dn in &lb.locations {
+        match read_range_from(ctx, dn, lb, bpos, out).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                warn!(block = %lb.block.id, node = %dn, error = %e, "positioned read failed");
+                if matches!(e, ClientError::Checksum { .. }) {
+                    cursor::report_bad(ctx, lb, dn, &e).await;
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or(ClientError::NoReplica {
+        block: lb.block.id,
+        offset: bpos,
+    }))
+}
+
+/// One replica's attempt at a positioned read: one `ReadBlock` for exactly the range.
+async fn read_range_from(
+    ctx: &ReadCtx,
+    dn: &DatanodeId,
+    lb: &LocatedBlock,
+    bpos: u64,
+    out: &mut [u8],
+) -> Result<(), ClientError> {
+    let mut conn = DnConnection::connect(dn, ctx.params.settings).await?;
+    let op = ReadBlockOp {
+        block: lb.block,
+        offset: bpos,
+        length: out.len() as u64,
+        piece_size: ctx.params.piece_size,
+    };
+    conn.send_op(Op::ReadBlock(op)).await?;
+    conn.recv_op_response(lb.block.id).await?;
+    let end = bpos + out.len() as u64;
+    let mut filled = bpos; // block offset up to which `out` is filled
+    loop {
+        let frame = conn.recv("a read chunk").await?;
+        match frame.header {
+            Message::Chunk(h) => {
+                let data = chunk_data(
+                    &h,
+                    frame.payload,
+                    lb.block.id,
+                    conn.node(),
+                    ctx.params.verify,
+                )?;
+                let chunk_end = h.offset + data.len() as u64;
+                if h.offset > filled {
+                    let reason = format!("chunk at {} leaves a hole after {filled}", h.offset);
+                    return Err(ClientError::protocol(conn.node(), reason));
+                }
+                let from = filled.max(h.offset);
+                let to = chunk_end.min(end);
+                if to > from {
+                    let src = &data[(from - h.offset) as usize..(to - h.offset) as usize];
+                    out[(from - bpos) as usize..(to - bpos) as usize].copy_from_slice(src);
+                    filled = to;
+                }
+            }
+            Message::ReadEnd(e) if e.status.is_success() => break,
+            Message::ReadEnd(e) => {
+                return Err(status_error(conn.node(), lb.block.id, e.status, &e.message))
+            }
+            other => {
+                let reason = format!("expected a Chunk or ReadEnd, got {}", message_name(&other));
+                return Err(ClientError::protocol(conn.node(), reason));
+            }
+        }
+    }
+    if filled < end {
+        return Err(ClientError::ShortReplica {
+            block: lb.block.id,
+            node: conn.node().to_string(),
+            visible: filled,
+            wanted: end,
+        });
+    }
+    Ok(())
+}

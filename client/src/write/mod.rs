@@ -1,0 +1,333 @@
+//! The write path: [`FileWriter`] (HDFS `DFSOutputStream`) cuts bytes into packets and hands
+//! them to its streamer task (HDFS `DataStreamer`), which owns the pipeline.
+//!
+//! - [`packet`]: chunks, checksums and packet boundaries (plain logic).
+//! - [`ack`]: the ack queue (plain logic).
+//! - [`pipeline`]: one pipeline's connection and state.
+//! - [`streamer`]: the task that allocates blocks, sends packets and reads acks.
+//!
+//! Backpressure: each packet holds one permit of a semaphore of `write.max.packets.in.flight`
+//! permits from the moment the writer starts filling it until the whole pipeline acknowledges
+//! it, so `poll_write` returns `Pending` while the window is full.
+
+mod ack;
+mod packet;
+mod pipeline;
+mod streamer;
+
+use crate::error::ClientError;
+use crate::filesystem::FsInner;
+use crate::lease::LeaseGuard;
+use packet::Packetizer;
+use sluice_common::rpc::FileStatus;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use streamer::{Command, FlushPoint, Streamer, WriterShared};
+use tokio::io::AsyncWrite;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio_util::sync::PollSemaphore;
+use tokio_util::task::AbortOnDropHandle;
+
+/// Options of [`crate::FileSystem::create`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Replace an existing file.
+    pub overwrite: bool,
+    /// Create missing parent directories.
+    pub create_parent: bool,
+    /// Replicas per block (`None`: the configured `replication`, 0 meaning the service's
+    /// default).
+    pub replication: Option<u16>,
+    /// Block size in bytes (`None`: the configured `block.size`, 0 meaning the service's
+    /// default); a multiple of `bytes.per.checksum`.
+    pub block_size: Option<u64>,
+}
+
+type OpFuture = Pin<Box<dyn Future<Output = Result<(), ClientError>> + Send>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Flush { sync: bool },
+    Close,
+}
+
+/// A file open for writing. Implements [`AsyncWrite`]: `poll_flush` is an hflush and
+/// `poll_shutdown` is [`FileWriter::close`]. Dropping a writer without closing it stops its
+/// streamer; the file stays under construction until its lease expires.
+pub struct FileWriter {
+    fs: Arc<FsInner>,
+    path: String,
+    packetizer: Packetizer,
+    tx: mpsc::UnboundedSender<Command>,
+    window: PollSemaphore,
+    /// The permit of the packet being filled.
+    permit: Option<OwnedSemaphorePermit>,
+    shared: Arc<WriterShared>,
+    op: Option<(OpKind, OpFuture)>,
+    closed: Option<Result<(), ClientError>>,
+    bytes_written: u64,
+    lease: LeaseGuard,
+    _streamer: AbortOnDropHandle<()>,
+}
+
+impl std::fmt::Debug for FileWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWriter")
+            .field("path", &self.path)
+            .field("bytes_written", &self.bytes_written)
+            .field("closed", &self.closed.is_some())
+            .finish()
+    }
+}
+
+impl FileWriter {
+    /// Starts the streamer of a file just created.
+    pub(crate) fn start(fs: Arc<FsInner>, status: FileStatus) -> Result<FileWriter, ClientError> {
+        if status.block_size == 0 {
+            return Err(ClientError::protocol(
+                "metadata service",
+                format!("create returned block size 0 for {}", status.path),
+            ));
+        }
+        let cfg = &fs.cfg;
+        let path = status.path.clone();
+        let packetizer = Packetizer::new(
+            cfg.bytes_per_checksum,
+            cfg.write_packet_size.as_usize(),
+            status.block_size,
+        );
+        let shared = Arc::new(WriterShared::new(
+            &path,
+            cfg.write_max_packets_in_flight as usize,
+        ));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let streamer = Streamer::new(Arc::clone(&fs), path.clone(), rx, Arc::clone(&shared));
+        let task = AbortOnDropHandle::new(tokio::spawn(streamer.run()));
+        let lease = fs.leases.acquire(Arc::downgrade(&fs));
+        Ok(FileWriter {
+            window: PollSemaphore::new(Arc::clone(&shared.window)),
+            fs,
+            path,
+            packetizer,
+            tx,
+            permit: None,
+            shared,
+            op: None,
+            closed: None,
+            bytes_written: 0,
+            lease,
+            _streamer: task,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Bytes accepted by `write` so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Sends everything written so far, including a partial chunk, and waits until every
+    /// DataNode of the pipeline has acknowledged it: new readers then see it.
+    pub async fn hflush(&mut self) -> Result<(), ClientError> {
+        std::future::poll_fn(|cx| self.poll_op(cx, OpKind::Flush { sync: false })).await
+    }
+
+    /// As [`FileWriter::hflush`], with every DataNode making the data durable (fsync) before
+    /// it acknowledges; then records the length with the metadata service so that `stat`
+    /// shows it.
+    pub async fn hsync(&mut self) -> Result<(), ClientError> {
+        std::future::poll_fn(|cx| self.poll_op(cx, OpKind::Flush { sync: true })).await
+    }
+
+    /// Flushes, ends the last block, and completes the file. Returns the first error of the
+    /// writer's life; calling it again returns the same outcome.
+    pub async fn close(&mut self) -> Result<(), ClientError> {
+        std::future::poll_fn(|cx| self.poll_op(cx, OpKind::Close)).await
+    }
+
+    /// Drives the pending op (if any) and then `kind` to completion.
+    fn poll_op(&mut self, cx: &mut Context<'_>, kind: OpKind) -> Poll<Result<(), ClientError>> {
+        loop {
+            if let Some((running, fut)) = self.op.as_mut() {
+                let running = *running;
+                let r = ready!(fut.as_mut().poll(cx));
+                self.op = None;
+                if running == OpKind::Close {
+                    self.closed = Some(r.clone());
+                    self.lease.release();
+                }
+                if running == kind {
+                    return Poll::Ready(r);
+                }
+                if let Err(e) = r {
+                    return Poll::Ready(Err(e));
+                }
+                continue;
+            }
+            if let Some(outcome) = &self.closed {
+                return Poll::Ready(match kind {
+                    OpKind::Close => outcome.clone(),
+                    OpKind::Flush { .. } => Err(self.closed_error()),
+                });
+            }
+            let fut = self.start_op(kind);
+            self.op = Some((kind, fut));
+        }
+    }
+
+    fn closed_error(&self) -> ClientError {
+        match &self.closed {
+            Some(Err(e)) => e.clone(),
+            _ => ClientError::WriterClosed {
+                path: self.path.clone(),
+            },
+        }
+    }
+
+    /// Takes what is buffered and builds the future of a flush or close.
+    fn start_op(&mut self, kind: OpKind) -> OpFuture {
+        let sync = kind == OpKind::Flush { sync: true };
+        let packet = self.packetizer.take_flush(sync);
+        let permit = if packet.is_some() {
+            self.permit.take()
+        } else {
+            None
+        };
+        let tx = self.tx.clone();
+        let shared = Arc::clone(&self.shared);
+        let fs = Arc::clone(&self.fs);
+        let path = self.path.clone();
+        Box::pin(async move {
+            if let Some(e) = shared.error() {
+                return Err(e);
+            }
+            if let Some(packet) = packet {
+                let permit = match permit {
+                    Some(p) => p,
+                    None => Arc::clone(&shared.window)
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| shared.error_or_closed())?,
+                };
+                let cmd = Command::Packet {
+                    packet,
+                    permit: Some(permit),
+                };
+                tx.send(cmd).map_err(|_| shared.error_or_closed())?;
+            }
+            match kind {
+                OpKind::Close => {
+                    let (done, rx) = oneshot::channel();
+                    tx.send(Command::Close { done })
+                        .map_err(|_| shared.error_or_closed())?;
+                    rx.await.map_err(|_| shared.error_or_closed())?
+                }
+                OpKind::Flush { sync } => {
+                    let (done, rx) = oneshot::channel();
+                    tx.send(Command::Flush { sync, done })
+                        .map_err(|_| shared.error_or_closed())?;
+                    let point = rx.await.map_err(|_| shared.error_or_closed())??;
+                    if sync {
+                        record_length(&fs, &path, point).await?;
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn send(&self, cmd: Command) -> Result<(), ClientError> {
+        self.tx.send(cmd).map_err(|_| self.shared.error_or_closed())
+    }
+
+    /// Hands the current packet to the streamer when it is full.
+    fn emit_full(&mut self) -> Result<(), ClientError> {
+        if let Some(full) = self.packetizer.take_full() {
+            let permit = self.permit.take();
+            self.send(Command::Packet {
+                packet: full.packet,
+                permit,
+            })?;
+            if full.ends_block {
+                self.send(Command::EndBlock)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_write_inner(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<Result<usize, ClientError>> {
+        if self.op.is_some() {
+            let kind = self.op.as_ref().map(|(k, _)| *k).unwrap_or(OpKind::Close);
+            ready!(self.poll_op(cx, kind))?;
+        }
+        if self.closed.is_some() {
+            return Poll::Ready(Err(self.closed_error()));
+        }
+        if let Some(e) = self.shared.error() {
+            return Poll::Ready(Err(e));
+        }
+        let mut written = 0;
+        while written < buf.len() {
+            if self.permit.is_none() {
+                match self.window.poll_acquire(cx) {
+                    Poll::Ready(Some(p)) => self.permit = Some(p),
+                    Poll::Ready(None) => return Poll::Ready(Err(self.shared.error_or_closed())),
+                    Poll::Pending if written > 0 => break,
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            written += self.packetizer.write(&buf[written..]);
+            self.emit_full()?;
+        }
+        self.bytes_written += written as u64;
+        Poll::Ready(Ok(written))
+    }
+}
+
+/// After an hsync: tells the metadata service the last block's length.
+async fn record_length(fs: &FsInner, path: &str, point: FlushPoint) -> Result<(), ClientError> {
+    let Some(len) = point.last_block_len else {
+        return Ok(()); // no block yet: the file is empty
+    };
+    let (path, client) = (path.to_string(), fs.client_name.clone());
+    fs.call("fsync", true, |c, ctx| {
+        let (path, client) = (path.clone(), client.clone());
+        async move { c.fsync(ctx, path, client, len).await }
+    })
+    .await
+}
+
+impl AsyncWrite for FileWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut()
+            .poll_write_inner(cx, buf)
+            .map_err(io::Error::from)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut()
+            .poll_op(cx, OpKind::Flush { sync: false })
+            .map_err(io::Error::from)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut()
+            .poll_op(cx, OpKind::Close)
+            .map_err(io::Error::from)
+    }
+}

@@ -1,0 +1,203 @@
+//! One write pipeline: the DataNodes of a block in order, the connection to the first one, the
+//! generation stamp, the bytes sent and acknowledged, and the ack queue. Everything pipeline
+//! recovery needs to rebuild it lives in this one struct.
+
+use super::ack::{AckFailure, AckQueue};
+use super::packet::OutPacket;
+use crate::connection::{send_frame, DnConnection, DnSettings, FrameReader, FrameWriter};
+use crate::error::ClientError;
+use sluice_common::proto::{BlockStage, Message, Op, WriteBlockOp};
+use sluice_common::rpc::LocatedBlock;
+use sluice_common::{DatanodeId, ExtendedBlock, NodeId};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+/// Why a pipeline could not be set up, and which DataNode to exclude.
+#[derive(Debug)]
+pub(crate) struct SetupFailure {
+    /// The DataNode to blame (`first_bad_link`, or the first DataNode).
+    pub bad: Option<DatanodeId>,
+    /// What happened.
+    pub error: ClientError,
+}
+
+/// A running pipeline.
+pub(crate) struct Pipeline {
+    /// The block: id, current generation stamp, and bytes acknowledged by every DataNode.
+    pub block: ExtendedBlock,
+    /// The DataNodes, in pipeline order.
+    pub nodes: Vec<DatanodeId>,
+    /// Acks from the first DataNode.
+    pub reader: FrameReader,
+    /// Packets to the first DataNode.
+    pub writer: FrameWriter,
+    /// Packets sent and not yet acknowledged.
+    pub acks: AckQueue,
+    /// Seqno of the next packet (0, 1, 2… within this pipeline).
+    pub next_seqno: i64,
+    /// Block offset just past the last data sent.
+    pub bytes_sent: u64,
+    /// No data was sent since the last packet with `sync`.
+    pub synced: bool,
+    /// When a packet (or heartbeat) was last sent.
+    pub last_send: Instant,
+    /// When an ack last arrived (or acks started to be awaited).
+    pub last_ack_progress: Instant,
+    settings: DnSettings,
+}
+
+impl Pipeline {
+    /// Connects to the first DataNode of `lb` and sets up a `Create` pipeline through all of
+    /// its locations.
+    pub(crate) async fn create(
+        lb: &LocatedBlock,
+        client_name: &str,
+        bpc: u32,
+        settings: DnSettings,
+    ) -> Result<Pipeline, SetupFailure> {
+        let Some(first) = lb.locations.first() else {
+            return Err(SetupFailure {
+                bad: None,
+                error: ClientError::protocol(
+                    "metadata service",
+                    format!("add_block returned {} with no DataNode", lb.block.id),
+                ),
+            });
+        };
+        let blame_first = |error| SetupFailure {
+            bad: Some(first.clone()),
+            error,
+        };
+        let mut conn = DnConnection::connect(first, settings)
+            .await
+            .map_err(blame_first)?;
+        let op = WriteBlockOp {
+            block: ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0),
+            stage: BlockStage::Create,
+            targets: lb.locations[1..].to_vec(),
+            client_name: client_name.to_string(),
+            bytes_per_checksum: bpc,
+            latest_gen_stamp: lb.block.gen_stamp,
+        };
+        conn.send_op(Op::WriteBlock(op))
+            .await
+            .map_err(blame_first)?;
+        let frame = conn
+            .recv("the WriteBlock response")
+            .await
+            .map_err(blame_first)?;
+        let resp = match frame.header {
+            Message::OpResponse(r) => r,
+            other => {
+                let reason = format!(
+                    "expected an OpResponse to WriteBlock, got {}",
+                    crate::connection::message_name(&other)
+                );
+                return Err(blame_first(ClientError::protocol(conn.node(), reason)));
+            }
+        };
+        if !resp.status.is_success() {
+            let bad = resp
+                .first_bad_link
+                .as_deref()
+                .and_then(|addr| lb.locations.iter().find(|d| d.data_addr == addr))
+                .unwrap_or(first)
+                .clone();
+            let mut message = resp.message.clone();
+            if let Some(link) = &resp.first_bad_link {
+                message = format!("{message} (first bad link {link})");
+            }
+            return Err(SetupFailure {
+                bad: Some(bad),
+                error: crate::connection::status_error(
+                    conn.node(),
+                    lb.block.id,
+                    resp.status,
+                    &message,
+                ),
+            });
+        }
+        let (reader, writer) = conn.split();
+        let now = Instant::now();
+        Ok(Pipeline {
+            block: ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0),
+            nodes: lb.locations.clone(),
+            reader,
+            writer,
+            acks: AckQueue::new(0),
+            next_seqno: 0,
+            bytes_sent: 0,
+            synced: true,
+            last_send: now,
+            last_ack_progress: now,
+            settings,
+        })
+    }
+
+    /// The display name of the DataNode at `index` (`?` past the end).
+    pub(crate) fn node_name(&self, index: usize) -> String {
+        self.nodes
+            .get(index)
+            .map(|d| d.to_string())
+            .unwrap_or_else(|| format!("#{index} (unknown)"))
+    }
+
+    /// The ids of the pipeline's DataNodes.
+    #[allow(dead_code)] // used by pipeline recovery
+    pub(crate) fn node_ids(&self) -> Vec<NodeId> {
+        self.nodes.iter().map(|d| d.node_id.clone()).collect()
+    }
+
+    /// Sends a packet with the next seqno and keeps it in the ack queue. A failed send blames
+    /// the first DataNode.
+    pub(crate) async fn send(
+        &mut self,
+        mut packet: OutPacket,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), AckFailure> {
+        packet.header.seqno = self.next_seqno;
+        self.next_seqno += 1;
+        if !packet.header.last {
+            self.bytes_sent = self.bytes_sent.max(packet.end_offset());
+            self.synced = packet.header.sync;
+        }
+        let frame = packet.frame();
+        if self.acks.expected() == 0 {
+            self.last_ack_progress = Instant::now();
+        }
+        self.acks.push(packet, permit);
+        self.write_frame(frame).await
+    }
+
+    /// Sends a heartbeat packet.
+    pub(crate) async fn send_heartbeat(&mut self) -> Result<(), AckFailure> {
+        if self.acks.expected() == 0 {
+            self.last_ack_progress = Instant::now();
+        }
+        self.acks.push_heartbeat();
+        self.write_frame(OutPacket::heartbeat().frame()).await
+    }
+
+    async fn write_frame(
+        &mut self,
+        frame: sluice_common::frame::Frame<Message>,
+    ) -> Result<(), AckFailure> {
+        let node = self.node_name(0);
+        let r = send_frame(&mut self.writer, frame, &node, self.settings.timeout).await;
+        self.last_send = Instant::now();
+        r.map_err(|e| AckFailure {
+            bad_index: 0,
+            reason: format!("sending a packet failed: {e}"),
+        })
+    }
+
+    /// When the oldest expected ack is overdue (`None` when no ack is expected).
+    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
+        (self.acks.expected() > 0).then(|| self.last_ack_progress + self.settings.timeout)
+    }
+
+    /// When a heartbeat is due (no packet sent for half the socket timeout).
+    pub(crate) fn heartbeat_due(&self) -> Instant {
+        self.last_send + self.settings.timeout / 2
+    }
+}
