@@ -290,8 +290,10 @@ impl Streamer {
         let Some(p) = &self.pipeline else {
             return Ok(());
         };
-        let offset = p.bytes_sent;
-        debug!(block = %p.block.id, length = offset, "ending block");
+        // Every packet offset is a chunk boundary (protocol.md), the empty last one too.
+        let bpc = u64::from(self.fs.cfg.bytes_per_checksum);
+        let offset = p.bytes_sent / bpc * bpc;
+        debug!(block = %p.block.id, length = p.bytes_sent, "ending block");
         self.ending = true;
         self.send(OutPacket::empty(offset, true, false), None).await
     }

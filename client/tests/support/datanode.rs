@@ -1,0 +1,328 @@
+//! A fake DataNode on a real socket: it speaks the data-transfer protocol (WriteBlock as the
+//! whole pipeline, ReadBlock, ReadChunk, ReplicaInfo), checks what the client sends (seqnos,
+//! chunk-aligned offsets, no holes, checksums), keeps blocks in memory, and has knobs to
+//! inject failures.
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use sluice_common::checksum;
+use sluice_common::frame::{Frame, FrameCodec};
+use sluice_common::proto::*;
+use sluice_common::{DatanodeId, ExtendedBlock, NodeId, Status};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::Framed;
+
+const BPC: u32 = 512;
+
+/// What the fake holds and every knob.
+#[derive(Debug, Default)]
+pub struct DnState {
+    /// Block id → bytes held.
+    pub blocks: HashMap<u64, Vec<u8>>,
+    pub finalized: Vec<u64>,
+    /// Visible length to report instead of the bytes held.
+    pub visible: HashMap<u64, u64>,
+    /// Flip a byte in data served to readers (after computing checksums).
+    pub corrupt_reads: bool,
+    /// Answer the ack of this seqno with `status` at pipeline position `index`.
+    pub fail_ack: Option<(i64, usize, Status)>,
+    /// Refuse WriteBlock set-up with this status and first_bad_link.
+    pub refuse_setup: Option<(Status, Option<String>)>,
+    /// Never send acks.
+    pub stall_acks: bool,
+    /// Every packet header received.
+    pub packets: Vec<PacketHeader>,
+    pub heartbeats: usize,
+    pub read_ops: usize,
+    pub chunk_ops: usize,
+    pub write_ops: usize,
+    /// Protocol violations seen (the tests assert there are none).
+    pub violations: Vec<String>,
+}
+
+pub struct DnHandle {
+    pub id: DatanodeId,
+    pub state: Arc<Mutex<DnState>>,
+    _task: tokio_util::task::AbortOnDropHandle<()>,
+}
+
+impl DnHandle {
+    pub fn st(&self) -> std::sync::MutexGuard<'_, DnState> {
+        self.state.lock().unwrap()
+    }
+}
+
+type Conn = Framed<TcpStream, FrameCodec<Message>>;
+
+/// Starts a fake DataNode named `name` on `127.0.0.1:0`.
+pub async fn start_dn(name: &str) -> DnHandle {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let state = Arc::new(Mutex::new(DnState::default()));
+    let st = Arc::clone(&state);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = listener.accept().await else {
+                return;
+            };
+            let st = Arc::clone(&st);
+            tokio::spawn(async move {
+                let _ = serve(Framed::new(sock, FrameCodec::new(16 << 20)), st).await;
+            });
+        }
+    });
+    DnHandle {
+        id: DatanodeId {
+            node_id: NodeId(name.to_string()),
+            data_addr: addr,
+            http_addr: String::new(),
+            rack: "/default-rack".into(),
+        },
+        state,
+        _task: tokio_util::task::AbortOnDropHandle::new(task),
+    }
+}
+
+fn resp(status: Status, msg: &str) -> Frame<Message> {
+    Frame::new(Message::OpResponse(OpResponse::error(status, msg)))
+}
+
+async fn serve(mut conn: Conn, st: Arc<Mutex<DnState>>) -> Option<()> {
+    while let Some(Ok(frame)) = conn.next().await {
+        let Message::Op { op, .. } = frame.header else {
+            return None;
+        };
+        match op {
+            Op::WriteBlock(w) => return write_block(conn, st, w).await,
+            Op::ReadBlock(r) => read_block(&mut conn, &st, r).await?,
+            Op::ReadChunk(r) => read_chunk(&mut conn, &st, r).await?,
+            Op::ReplicaInfo(r) => {
+                let info = replica(&st, &r.block);
+                let f = match info {
+                    Some(info) => Frame::new(Message::OpResponse(OpResponse {
+                        replica: Some(info),
+                        ..OpResponse::ok()
+                    })),
+                    None => resp(Status::ErrorNotFound, "no replica"),
+                };
+                conn.send(f).await.ok()?;
+            }
+            Op::TransferBlock(_) => conn.send(resp(Status::ErrorUnsupported, "")).await.ok()?,
+        }
+    }
+    Some(())
+}
+
+fn replica(st: &Mutex<DnState>, block: &ExtendedBlock) -> Option<ReplicaInfo> {
+    let s = st.lock().unwrap();
+    let data = s.blocks.get(&block.id.0)?;
+    let visible = s
+        .visible
+        .get(&block.id.0)
+        .copied()
+        .unwrap_or(data.len() as u64);
+    Some(ReplicaInfo {
+        block: ExtendedBlock::new(block.id, block.gen_stamp, visible),
+        state: if s.finalized.contains(&block.id.0) {
+            ReplicaState::Finalized
+        } else {
+            ReplicaState::Rbw
+        },
+        bytes_on_disk: data.len() as u64,
+    })
+}
+
+async fn write_block(mut conn: Conn, st: Arc<Mutex<DnState>>, w: WriteBlockOp) -> Option<()> {
+    let refuse = {
+        let mut s = st.lock().unwrap();
+        s.write_ops += 1;
+        s.refuse_setup.clone()
+    };
+    if let Some((status, link)) = refuse {
+        let mut r = OpResponse::error(status, "refused by the test");
+        r.first_bad_link = link;
+        conn.send(Frame::new(Message::OpResponse(r))).await.ok()?;
+        return Some(());
+    }
+    st.lock().unwrap().blocks.insert(w.block.id.0, Vec::new());
+    conn.send(Frame::new(Message::OpResponse(OpResponse::ok())))
+        .await
+        .ok()?;
+    let pipeline = 1 + w.targets.len();
+    let mut expected_seqno = 0i64;
+    while let Some(Ok(frame)) = conn.next().await {
+        let Message::Packet(h) = frame.header else {
+            return None;
+        };
+        let ack_status = on_packet(&st, w.block.id.0, &h, &frame.payload, &mut expected_seqno);
+        let (stall, fail) = {
+            let s = st.lock().unwrap();
+            (s.stall_acks, s.fail_ack)
+        };
+        if stall {
+            continue;
+        }
+        let mut replies = vec![ack_status; pipeline];
+        if let Some((seq, idx, status)) = fail {
+            if seq == h.seqno && idx < pipeline {
+                replies[idx] = status;
+            }
+        }
+        let ack = PipelineAck {
+            seqno: h.seqno,
+            replies,
+        };
+        conn.send(Frame::new(Message::Ack(ack))).await.ok()?;
+    }
+    Some(())
+}
+
+/// Checks and applies one packet; returns this node's status.
+fn on_packet(
+    st: &Mutex<DnState>,
+    id: u64,
+    h: &PacketHeader,
+    payload: &Bytes,
+    next: &mut i64,
+) -> Status {
+    let mut s = st.lock().unwrap();
+    s.packets.push(*h);
+    if h.seqno == HEARTBEAT_SEQNO {
+        s.heartbeats += 1;
+        return Status::Success;
+    }
+    let bad = |s: &mut DnState, why: String| {
+        s.violations.push(why);
+        Status::ErrorInvalid
+    };
+    if h.seqno != *next {
+        return bad(&mut s, format!("seqno {} expected {}", h.seqno, *next));
+    }
+    *next += 1;
+    let held = s.blocks.get(&id).map_or(0, |b| b.len() as u64);
+    if h.offset_in_block % u64::from(BPC) != 0 || h.offset_in_block > held {
+        return bad(
+            &mut s,
+            format!("offset {} with {held} held", h.offset_in_block),
+        );
+    }
+    if h.last {
+        if h.data_len != 0 {
+            return bad(&mut s, "last packet with data".into());
+        }
+        s.finalized.push(id);
+        return Status::Success;
+    }
+    let sums = checksum::checksum_len(h.data_len as usize, BPC);
+    if payload.len() != sums + h.data_len as usize {
+        return bad(&mut s, "payload length".into());
+    }
+    let data = &payload[sums..];
+    if checksum::verify(data, &payload[..sums], BPC, h.offset_in_block).is_err() {
+        return Status::ErrorChecksum;
+    }
+    let block = s.blocks.entry(id).or_default();
+    let start = h.offset_in_block as usize;
+    for (i, b) in data.iter().enumerate() {
+        let at = start + i;
+        if at < block.len() {
+            if block[at] != *b {
+                s.violations.push(format!("re-sent byte {at} differs"));
+                return Status::ErrorInvalid;
+            }
+        } else {
+            block.push(*b);
+        }
+    }
+    Status::Success
+}
+
+fn serve_bytes(
+    st: &Mutex<DnState>,
+    block: &ExtendedBlock,
+    offset: u64,
+) -> Result<(Vec<u8>, u64, bool), Frame<Message>> {
+    let s = st.lock().unwrap();
+    let Some(data) = s.blocks.get(&block.id.0) else {
+        return Err(resp(Status::ErrorNotFound, "no such replica"));
+    };
+    let visible = s
+        .visible
+        .get(&block.id.0)
+        .copied()
+        .unwrap_or(data.len() as u64);
+    if offset >= visible {
+        return Err(resp(
+            Status::ErrorOutOfRange,
+            &format!("offset {offset} >= visible {visible}"),
+        ));
+    }
+    Ok((data[..visible as usize].to_vec(), visible, s.corrupt_reads))
+}
+
+fn chunk_frame(data: &[u8], from: u64, to: u64, corrupt: bool) -> Frame<Message> {
+    let slice = &data[from as usize..to as usize];
+    let mut payload = checksum::compute(slice, BPC);
+    let mut body = slice.to_vec();
+    if corrupt && !body.is_empty() {
+        body[0] ^= 0xff;
+    }
+    payload.extend_from_slice(&body);
+    let h = ChunkHeader {
+        offset: from,
+        data_len: slice.len() as u32,
+        bytes_per_checksum: BPC,
+    };
+    Frame::with_payload(Message::Chunk(h), Bytes::from(payload))
+}
+
+fn ok_with(block: &ExtendedBlock, visible: u64) -> Frame<Message> {
+    Frame::new(Message::OpResponse(OpResponse {
+        replica: Some(ReplicaInfo {
+            block: ExtendedBlock::new(block.id, block.gen_stamp, visible),
+            state: ReplicaState::Finalized,
+            bytes_on_disk: visible,
+        }),
+        ..OpResponse::ok()
+    }))
+}
+
+async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Option<()> {
+    st.lock().unwrap().read_ops += 1;
+    let (data, visible, corrupt) = match serve_bytes(st, &r.block, r.offset) {
+        Ok(x) => x,
+        Err(f) => return conn.send(f).await.ok(),
+    };
+    conn.send(ok_with(&r.block, visible)).await.ok()?;
+    let piece = if r.piece_size == 0 {
+        1 << 20
+    } else {
+        u64::from(r.piece_size)
+    };
+    let end = (r.offset + r.length).min(visible);
+    let mut at = r.offset / u64::from(BPC) * u64::from(BPC);
+    while at < end {
+        let to = (at + piece).min(end);
+        conn.send(chunk_frame(&data, at, to, corrupt)).await.ok()?;
+        at = to;
+    }
+    let fin = ReadEnd {
+        status: Status::Success,
+        message: String::new(),
+    };
+    conn.send(Frame::new(Message::ReadEnd(fin))).await.ok()
+}
+
+async fn read_chunk(conn: &mut Conn, st: &Mutex<DnState>, r: ReadChunkOp) -> Option<()> {
+    st.lock().unwrap().chunk_ops += 1;
+    let (data, visible, corrupt) = match serve_bytes(st, &r.block, r.offset) {
+        Ok(x) => x,
+        Err(f) => return conn.send(f).await.ok(),
+    };
+    conn.send(ok_with(&r.block, visible)).await.ok()?;
+    let from = r.offset / u64::from(BPC) * u64::from(BPC);
+    let to = (r.offset + r.length).min(visible);
+    conn.send(chunk_frame(&data, from, to, corrupt)).await.ok()
+}

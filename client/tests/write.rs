@@ -1,0 +1,322 @@
+//! Write-path protocol tests against a fake metadata service and fake DataNodes.
+
+mod support;
+
+use sluice_client::{ClientError, ConnectOptions, FileSystem, WriteOptions};
+use sluice_common::config::HumanDuration;
+use sluice_common::proto::HEARTBEAT_SEQNO;
+use sluice_common::{MetaError, Status};
+use std::time::Duration;
+use support::*;
+use tokio::io::AsyncWriteExt;
+
+fn opts(block_size: u64) -> WriteOptions {
+    WriteOptions {
+        block_size: Some(block_size),
+        ..WriteOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn write_cuts_aligned_packets_per_block_and_completes_with_the_last_block() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let fs = connect(config(&meta)).await;
+        let data = bytes(10_000, 1);
+        let mut w = fs.create("/f", opts(4096)).await.unwrap();
+        for piece in data.chunks(777) {
+            w.write_all(piece).await.unwrap();
+        }
+        assert_eq!(w.bytes_written(), 10_000);
+        w.close().await.unwrap();
+        w.close().await.unwrap(); // idempotent
+
+        let st = dn.st();
+        assert!(st.violations.is_empty(), "{:?}", st.violations);
+        let mut ids: Vec<u64> = st.blocks.keys().copied().collect();
+        ids.sort();
+        assert_eq!(ids.len(), 3);
+        let joined: Vec<u8> = ids.iter().flat_map(|id| st.blocks[id].clone()).collect();
+        assert_eq!(joined, data);
+        assert_eq!(st.finalized.len(), 3);
+        for h in st.packets.iter().filter(|h| h.seqno >= 0) {
+            assert_eq!(h.offset_in_block % 512, 0);
+            assert!(h.offset_in_block + u64::from(h.data_len) <= 4096);
+            assert!(h.data_len <= 1024);
+        }
+        drop(st);
+        let m = meta.st();
+        let prevs: Vec<Option<u64>> = m
+            .add_block_calls
+            .iter()
+            .map(|c| c.0.map(|b| b.num_bytes))
+            .collect();
+        assert_eq!(prevs, vec![None, Some(4096), Some(4096)]);
+        let last = m.completes.last().unwrap().unwrap();
+        assert_eq!(last.num_bytes, 10_000 - 8192);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hflush_makes_data_visible_and_resends_the_partial_chunk() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let fs = connect(config(&meta)).await;
+        let data = bytes(2000, 2);
+        let mut w = fs.create("/h", opts(1 << 20)).await.unwrap();
+        w.write_all(&data[..700]).await.unwrap();
+        w.hflush().await.unwrap();
+        let id = *dn.st().blocks.keys().next().unwrap();
+        assert_eq!(dn.st().blocks[&id], data[..700]);
+        w.write_all(&data[700..]).await.unwrap();
+        w.hsync().await.unwrap();
+        {
+            let st = dn.st();
+            assert_eq!(st.blocks[&id], data);
+            assert!(st.violations.is_empty(), "{:?}", st.violations);
+            let data_packets: Vec<_> = st.packets.iter().filter(|h| h.seqno >= 0).collect();
+            assert_eq!(data_packets[0].offset_in_block, 0);
+            // The next packet starts again at the partial chunk.
+            assert_eq!(data_packets[1].offset_in_block, 512);
+            assert!(data_packets.last().unwrap().sync);
+        }
+        assert_eq!(meta.st().fsyncs, vec![2000]);
+        // hsync with nothing new sends no data but still returns.
+        w.hsync().await.unwrap();
+        w.close().await.unwrap();
+        assert_eq!(meta.st().completes.last().unwrap().unwrap().num_bytes, 2000);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_error_ack_fails_the_write_naming_the_datanode_and_close_repeats_it() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let dn2 = start_dn("dn2").await; // named in the pipeline; the fake dn1 answers for it
+        let meta = start_meta(vec![dn.id.clone(), dn2.id.clone()]).await;
+        dn.st().fail_ack = Some((1, 1, Status::ErrorChecksum));
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/bad", opts(1 << 20)).await.unwrap();
+        let r = w.write_all(&bytes(5000, 3)).await;
+        let flushed = match r {
+            Ok(()) => w.hflush().await,
+            Err(e) => Err(client_error(e)),
+        };
+        let err = flushed.expect_err("the pipeline failed");
+        match &err {
+            ClientError::Pipeline {
+                node,
+                index,
+                reason,
+                ..
+            } => {
+                assert_eq!(*index, 1);
+                assert!(node.contains("dn2"), "{node}");
+                assert!(reason.contains("ERROR_CHECKSUM"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let again = w.close().await.expect_err("close repeats the first error");
+        assert_eq!(again.to_string(), err.to_string());
+        let io = w.write_all(b"more").await.expect_err("write after failure");
+        assert!(client_error(io).to_string().contains("dn2"));
+    })
+    .await;
+}
+
+fn client_error(e: std::io::Error) -> ClientError {
+    e.get_ref()
+        .and_then(|r| r.downcast_ref::<ClientError>())
+        .cloned()
+        .expect("the io::Error carries the ClientError")
+}
+
+#[tokio::test]
+async fn setup_failure_abandons_the_block_and_excludes_the_bad_node() {
+    within(20, async {
+        let bad = start_dn("bad").await;
+        let good = start_dn("good").await;
+        bad.st().refuse_setup = Some((Status::Error, None));
+        let meta = start_meta(vec![bad.id.clone(), good.id.clone()]).await;
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/retry", opts(1 << 20)).await.unwrap();
+        w.write_all(&bytes(3000, 4)).await.unwrap();
+        w.close().await.unwrap();
+        let m = meta.st();
+        assert_eq!(m.abandoned.len(), 1);
+        assert_eq!(m.add_block_calls.len(), 2);
+        assert_eq!(m.add_block_calls[1].1, vec![bad.id.node_id.clone()]);
+        assert_eq!(good.st().blocks.values().next().unwrap().len(), 3000);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn setup_gives_up_after_the_retries_naming_the_nodes_tried() {
+    within(20, async {
+        let dns = [
+            start_dn("a").await,
+            start_dn("b").await,
+            start_dn("c").await,
+        ];
+        for d in &dns {
+            d.st().refuse_setup = Some((Status::ErrorIo, None));
+        }
+        let meta = start_meta(dns.iter().map(|d| d.id.clone()).collect()).await;
+        let mut cfg = config(&meta);
+        cfg.block_write_retries = 1;
+        let fs = connect(cfg).await;
+        let mut w = fs.create("/nope", opts(1 << 20)).await.unwrap();
+        w.write_all(b"x").await.unwrap();
+        match w.close().await {
+            Err(ClientError::PipelineSetup {
+                attempts, tried, ..
+            }) => {
+                assert_eq!(attempts, 2);
+                assert_eq!(tried.len(), 2);
+                assert!(
+                    tried[0].contains('a') && tried[1].contains('b'),
+                    "{tried:?}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn first_bad_link_is_the_node_excluded() {
+    within(20, async {
+        let first = start_dn("first").await;
+        let second = start_dn("second").await;
+        first.st().refuse_setup = Some((Status::Error, Some(second.id.data_addr.clone())));
+        let meta = start_meta(vec![first.id.clone(), second.id.clone()]).await;
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/link", opts(1 << 20)).await.unwrap();
+        w.write_all(b"hello").await.unwrap();
+        // `first` keeps refusing: after excluding `second`, `first` is tried again, then
+        // excluded; nothing is left and the metadata service says so.
+        let err = w.close().await.expect_err("no good node");
+        let m = meta.st();
+        assert_eq!(m.add_block_calls[1].1, vec![second.id.node_id.clone()]);
+        assert!(
+            matches!(err, ClientError::Meta(MetaError::NotEnoughDatanodes { .. })),
+            "{err:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn empty_file_is_created_and_completed_without_blocks() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/empty", WriteOptions::default()).await.unwrap();
+        w.close().await.unwrap();
+        let m = meta.st();
+        assert!(m.add_block_calls.is_empty());
+        assert_eq!(m.completes, vec![None]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn complete_and_add_block_are_retried_with_backoff() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        meta.st().complete_false = 2;
+        meta.st().not_replicated_yet = 1;
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/slow", opts(1 << 20)).await.unwrap();
+        w.write_all(&bytes(100, 5)).await.unwrap();
+        w.close().await.unwrap();
+        let m = meta.st();
+        assert_eq!(m.completes.len(), 3);
+        assert_eq!(m.add_block_calls.len(), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_full_window_blocks_writes_and_a_silent_pipeline_times_out() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        dn.st().stall_acks = true;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let mut cfg = config(&meta);
+        cfg.write_max_packets_in_flight = 3;
+        cfg.socket_timeout = HumanDuration::millis(1500);
+        let fs = connect(cfg).await;
+        let mut w = fs.create("/stall", opts(1 << 20)).await.unwrap();
+        let data = bytes(20 * 1024, 6);
+        // Backpressure: with 3 packets unacknowledged the writer cannot go on.
+        let blocked = tokio::time::timeout(Duration::from_millis(300), w.write_all(&data)).await;
+        assert!(blocked.is_err(), "write_all must block on a full window");
+        let sent = dn.st().packets.iter().filter(|h| h.seqno >= 0).count();
+        assert!(sent <= 3, "{sent} packets sent with a window of 3");
+        // No ack within the socket timeout: the first DataNode is blamed.
+        let err = w.close().await.expect_err("timed out");
+        match err {
+            ClientError::Pipeline {
+                index: 0,
+                node,
+                reason,
+                ..
+            } => {
+                assert!(node.contains("dn1"));
+                assert!(reason.contains("no ack"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_idle_pipeline_sends_heartbeats() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let mut cfg = config(&meta);
+        cfg.socket_timeout = HumanDuration::millis(400);
+        let fs = connect(cfg).await;
+        let mut w = fs.create("/idle", opts(1 << 20)).await.unwrap();
+        w.write_all(b"some bytes").await.unwrap();
+        w.hflush().await.unwrap();
+        wait_until(10, || dn.st().heartbeats >= 2).await;
+        assert!(dn.st().packets.iter().any(|h| h.seqno == HEARTBEAT_SEQNO));
+        w.write_all(b" and more").await.unwrap();
+        w.close().await.unwrap();
+        let st = dn.st();
+        assert_eq!(st.blocks.values().next().unwrap(), b"some bytes and more");
+        assert!(st.violations.is_empty(), "{:?}", st.violations);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn leases_are_renewed_while_a_writer_is_open() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let opts_fast = ConnectOptions {
+            lease_renew_interval: Duration::from_millis(50),
+        };
+        let fs = FileSystem::connect_with(config(&meta), opts_fast)
+            .await
+            .unwrap();
+        assert!(fs.client_name().starts_with("sluice-client-"));
+        let mut w = fs.create("/lease", WriteOptions::default()).await.unwrap();
+        wait_until(10, || meta.st().renewals >= 2).await;
+        w.close().await.unwrap();
+    })
+    .await;
+}
