@@ -202,7 +202,7 @@ fn on_packet(
     }
     *next += 1;
     let held = s.blocks.get(&id).map_or(0, |b| b.len() as u64);
-    if h.offset_in_block % u64::from(BPC) != 0 || h.offset_in_block > held {
+    if !h.offset_in_block.is_multiple_of(u64::from(BPC)) || h.offset_in_block > held {
         return bad(
             &mut s,
             format!("offset {} with {held} held", h.offset_in_block),

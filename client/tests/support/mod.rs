@@ -1,7 +1,7 @@
 //! Test support: a fake metadata service and fake DataNodes on real sockets, plus helpers.
 #![allow(dead_code)]
 // Test scaffolding: a panic here is a failed test, as in the tests themselves.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::result_large_err)]
 
 pub mod datanode;
 pub mod meta;
