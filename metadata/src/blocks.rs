@@ -1,0 +1,423 @@
+//! The block manager (in memory, rebuilt at start from the file records): for each block its
+//! generation stamp, length, file, replication, state and the replicas DataNodes reported; per
+//! DataNode the blocks it holds and the replicas it must delete.
+//!
+//! Replica locations are never persisted: they come back from block reports. A DataNode
+//! declared dead loses its replicas here (they stop counting) and must register and report
+//! again.
+
+use crate::namespace::{BlockState, InodeId};
+use sluice_common::proto::ReplicaState;
+use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, NodeId};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// One replica a DataNode reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replica {
+    /// Its generation stamp.
+    pub gen_stamp: GenerationStamp,
+    /// Its length.
+    pub num_bytes: u64,
+    /// Its state.
+    pub state: ReplicaState,
+}
+
+/// What the block manager knows of one block.
+#[derive(Debug, Clone)]
+pub struct BlockInfo {
+    /// The file it belongs to.
+    pub file: InodeId,
+    /// Current generation stamp.
+    pub gen_stamp: GenerationStamp,
+    /// Known length.
+    pub num_bytes: u64,
+    /// The file's replication factor.
+    pub replication: u16,
+    /// State.
+    pub state: BlockState,
+    /// For a block being written: its pipeline.
+    pub expected: Vec<NodeId>,
+    /// A generation stamp handed out by `update_block_for_pipeline`, not yet used.
+    pub pending_gen_stamp: Option<GenerationStamp>,
+    /// Reported replicas by DataNode.
+    pub replicas: HashMap<NodeId, Replica>,
+    /// DataNodes whose replica was reported corrupt.
+    pub corrupt: BTreeSet<NodeId>,
+}
+
+impl BlockInfo {
+    /// A block with no replicas yet.
+    pub fn new(file: InodeId, replication: u16, block: ExtendedBlock, state: BlockState) -> Self {
+        BlockInfo {
+            file,
+            gen_stamp: block.gen_stamp,
+            num_bytes: block.num_bytes,
+            replication,
+            state,
+            expected: vec![],
+            pending_gen_stamp: None,
+            replicas: HashMap::new(),
+            corrupt: BTreeSet::new(),
+        }
+    }
+
+    /// The block as the protocol names it.
+    pub fn extended(&self, id: BlockId) -> ExtendedBlock {
+        ExtendedBlock::new(id, self.gen_stamp, self.num_bytes)
+    }
+
+    /// Whether a replica counts as a good copy of the block's current version: current
+    /// generation stamp, not corrupt, and finalized at the right length once the length is
+    /// final (any state while the block is being written).
+    pub fn is_good(&self, node: &NodeId, r: &Replica) -> bool {
+        if r.gen_stamp != self.gen_stamp || self.corrupt.contains(node) {
+            return false;
+        }
+        match self.state {
+            BlockState::UnderConstruction => r.state != ReplicaState::Temporary,
+            BlockState::Committed | BlockState::Complete => {
+                r.state == ReplicaState::Finalized && r.num_bytes == self.num_bytes
+            }
+        }
+    }
+
+    /// DataNodes holding a good replica, sorted by id.
+    pub fn good_nodes(&self) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = self
+            .replicas
+            .iter()
+            .filter(|(n, r)| self.is_good(n, r))
+            .map(|(n, _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Good finalized replicas at the block's length (what completing a block needs).
+    pub fn finalized_count(&self) -> usize {
+        self.replicas
+            .iter()
+            .filter(|(n, r)| {
+                r.gen_stamp == self.gen_stamp
+                    && r.state == ReplicaState::Finalized
+                    && r.num_bytes == self.num_bytes
+                    && !self.corrupt.contains(*n)
+            })
+            .count()
+    }
+
+    /// The highest generation stamp this block's replicas may carry.
+    pub fn newest_gen_stamp(&self) -> GenerationStamp {
+        self.pending_gen_stamp
+            .map_or(self.gen_stamp, |p| p.max(self.gen_stamp))
+    }
+}
+
+/// What happened to a reported replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaOutcome {
+    /// Recorded.
+    Stored,
+    /// The block is unknown, or the replica's generation stamp is older than the block's:
+    /// scheduled for deletion on that DataNode.
+    Invalidated,
+}
+
+/// Totals for reports and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockTotals {
+    /// Blocks known.
+    pub blocks: u64,
+    /// Blocks (length final) with fewer good replicas than their factor but at least one.
+    pub under_replicated: u64,
+    /// Blocks (length final) with no good replica.
+    pub missing: u64,
+    /// Blocks with a corrupt replica.
+    pub corrupt: u64,
+}
+
+/// The block map.
+#[derive(Debug, Default)]
+pub struct BlockManager {
+    blocks: HashMap<BlockId, BlockInfo>,
+    node_blocks: HashMap<NodeId, HashSet<BlockId>>,
+    invalidate: HashMap<NodeId, BTreeMap<(BlockId, GenerationStamp), ExtendedBlock>>,
+}
+
+impl BlockManager {
+    /// An empty block map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of blocks.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// True if no block is known.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The block `id`.
+    pub fn get(&self, id: BlockId) -> Option<&BlockInfo> {
+        self.blocks.get(&id)
+    }
+
+    /// The block `id`, mutable.
+    pub fn get_mut(&mut self, id: BlockId) -> Option<&mut BlockInfo> {
+        self.blocks.get_mut(&id)
+    }
+
+    /// Adds a block.
+    pub fn insert(&mut self, id: BlockId, info: BlockInfo) {
+        self.blocks.insert(id, info);
+    }
+
+    /// Removes a block; every DataNode holding or expected to hold a replica is told to delete
+    /// it.
+    pub fn remove(&mut self, id: BlockId) -> Option<BlockInfo> {
+        let info = self.blocks.remove(&id)?;
+        let newest = info.newest_gen_stamp();
+        let mut nodes: BTreeSet<&NodeId> = info.replicas.keys().collect();
+        nodes.extend(info.expected.iter());
+        for node in nodes {
+            if let Some(set) = self.node_blocks.get_mut(node) {
+                set.remove(&id);
+            }
+            let gs = info
+                .replicas
+                .get(node)
+                .map_or(newest, |r| r.gen_stamp.max(newest));
+            self.schedule_delete(node, ExtendedBlock::new(id, gs, info.num_bytes));
+        }
+        Some(info)
+    }
+
+    /// Queues the deletion of a replica on `node` (sent in its next heartbeat reply).
+    pub fn schedule_delete(&mut self, node: &NodeId, block: ExtendedBlock) {
+        self.invalidate
+            .entry(node.clone())
+            .or_default()
+            .insert((block.id, block.gen_stamp), block);
+    }
+
+    /// Takes up to `max` queued deletions for `node`.
+    pub fn take_deletions(&mut self, node: &NodeId, max: usize) -> Vec<ExtendedBlock> {
+        let Some(queue) = self.invalidate.get_mut(node) else {
+            return vec![];
+        };
+        let mut out = Vec::new();
+        while out.len() < max {
+            match queue.pop_first() {
+                Some((_, b)) => out.push(b),
+                None => break,
+            }
+        }
+        if queue.is_empty() {
+            self.invalidate.remove(node);
+        }
+        out
+    }
+
+    /// Deletions queued for `node`.
+    pub fn pending_deletions(&self, node: &NodeId) -> usize {
+        self.invalidate.get(node).map_or(0, BTreeMap::len)
+    }
+
+    /// Records a replica `node` reported. A replica of an unknown block, or older than the
+    /// block's generation stamp, is scheduled for deletion instead.
+    pub fn add_replica(
+        &mut self,
+        node: &NodeId,
+        block: ExtendedBlock,
+        state: ReplicaState,
+    ) -> ReplicaOutcome {
+        let Some(info) = self.blocks.get_mut(&block.id) else {
+            self.schedule_delete(node, block);
+            return ReplicaOutcome::Invalidated;
+        };
+        if block.gen_stamp < info.gen_stamp {
+            info.replicas.remove(node);
+            if let Some(set) = self.node_blocks.get_mut(node) {
+                set.remove(&block.id);
+            }
+            self.schedule_delete(node, block);
+            return ReplicaOutcome::Invalidated;
+        }
+        let replica = Replica {
+            gen_stamp: block.gen_stamp,
+            num_bytes: block.num_bytes,
+            state,
+        };
+        let final_length = info.state != BlockState::UnderConstruction;
+        if final_length
+            && state == ReplicaState::Finalized
+            && block.gen_stamp == info.gen_stamp
+            && block.num_bytes != info.num_bytes
+        {
+            // A finalized replica whose length differs from the committed one (HDFS marks it
+            // corrupt the same way).
+            info.corrupt.insert(node.clone());
+        }
+        info.replicas.insert(node.clone(), replica);
+        self.node_blocks
+            .entry(node.clone())
+            .or_default()
+            .insert(block.id);
+        ReplicaOutcome::Stored
+    }
+
+    /// Forgets the replica of `id` on `node` (it was deleted).
+    pub fn remove_replica(&mut self, node: &NodeId, id: BlockId) {
+        if let Some(info) = self.blocks.get_mut(&id) {
+            info.replicas.remove(node);
+            info.corrupt.remove(node);
+        }
+        if let Some(set) = self.node_blocks.get_mut(node) {
+            set.remove(&id);
+        }
+    }
+
+    /// Replaces everything known about `node`'s replicas with a full report. Returns how many
+    /// replicas were scheduled for deletion.
+    pub fn replace_node_replicas(
+        &mut self,
+        node: &NodeId,
+        reports: impl IntoIterator<Item = (ExtendedBlock, ReplicaState)>,
+    ) -> u64 {
+        let old: HashSet<BlockId> = self.node_blocks.remove(node).unwrap_or_default();
+        let mut seen = HashSet::new();
+        let mut invalidated = 0;
+        for (block, state) in reports {
+            seen.insert(block.id);
+            if self.add_replica(node, block, state) == ReplicaOutcome::Invalidated {
+                invalidated += 1;
+            }
+        }
+        for id in old.difference(&seen) {
+            if let Some(info) = self.blocks.get_mut(id) {
+                info.replicas.remove(node);
+                info.corrupt.remove(node);
+            }
+        }
+        invalidated
+    }
+
+    /// Forgets every replica of `node` (declared dead). Returns how many it held.
+    pub fn remove_node(&mut self, node: &NodeId) -> usize {
+        let ids = self.node_blocks.remove(node).unwrap_or_default();
+        for id in &ids {
+            if let Some(info) = self.blocks.get_mut(id) {
+                info.replicas.remove(node);
+                info.corrupt.remove(node);
+            }
+        }
+        ids.len()
+    }
+
+    /// Replicas `node` is known to hold.
+    pub fn node_block_count(&self, node: &NodeId) -> u64 {
+        self.node_blocks.get(node).map_or(0, |s| s.len() as u64)
+    }
+
+    /// Marks the replica of `block` on `node` corrupt. False if the block is unknown.
+    pub fn mark_corrupt(&mut self, node: &NodeId, block: BlockId) -> bool {
+        match self.blocks.get_mut(&block) {
+            Some(info) => {
+                info.corrupt.insert(node.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Block totals. Blocks still being written count as neither missing nor under-replicated.
+    pub fn totals(&self) -> BlockTotals {
+        let mut t = BlockTotals {
+            blocks: self.blocks.len() as u64,
+            ..BlockTotals::default()
+        };
+        for info in self.blocks.values() {
+            if !info.corrupt.is_empty() {
+                t.corrupt += 1;
+            }
+            if info.state == BlockState::UnderConstruction {
+                continue;
+            }
+            let good = info.good_nodes().len();
+            if good == 0 {
+                t.missing += 1;
+            } else if good < usize::from(info.replication) {
+                t.under_replicated += 1;
+            }
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(n: &str) -> NodeId {
+        NodeId(n.into())
+    }
+
+    fn blk(id: u64, gs: u64, len: u64) -> ExtendedBlock {
+        ExtendedBlock::new(BlockId(id), GenerationStamp(gs), len)
+    }
+
+    #[test]
+    fn unknown_and_stale_replicas_are_invalidated() {
+        let mut bm = BlockManager::new();
+        let b = blk(1, 1001, 10);
+        bm.insert(b.id, BlockInfo::new(InodeId(5), 3, b, BlockState::Complete));
+        let report = vec![
+            (b, ReplicaState::Finalized),
+            (blk(2, 1000, 5), ReplicaState::Finalized),
+        ];
+        assert_eq!(bm.replace_node_replicas(&node("a"), report), 1);
+        assert_eq!(
+            bm.add_replica(&node("b"), blk(1, 1000, 10), ReplicaState::Finalized),
+            ReplicaOutcome::Invalidated
+        );
+        assert_eq!(bm.get(b.id).unwrap().good_nodes(), vec![node("a")]);
+        assert_eq!(bm.take_deletions(&node("a"), 10), vec![blk(2, 1000, 5)]);
+        assert_eq!(bm.take_deletions(&node("b"), 10), vec![blk(1, 1000, 10)]);
+        assert!(bm.take_deletions(&node("b"), 10).is_empty());
+    }
+
+    #[test]
+    fn full_report_drops_missing_replicas_and_wrong_length_is_corrupt() {
+        let mut bm = BlockManager::new();
+        let b = blk(1, 1001, 10);
+        bm.insert(b.id, BlockInfo::new(InodeId(5), 2, b, BlockState::Complete));
+        bm.add_replica(&node("a"), b, ReplicaState::Finalized);
+        bm.add_replica(&node("b"), blk(1, 1001, 9), ReplicaState::Finalized);
+        let info = bm.get(b.id).unwrap();
+        assert_eq!(info.good_nodes(), vec![node("a")]);
+        assert!(info.corrupt.contains(&node("b")));
+        assert_eq!(bm.totals().under_replicated, 1);
+        assert_eq!(bm.totals().corrupt, 1);
+        bm.replace_node_replicas(&node("a"), vec![]);
+        assert_eq!(bm.totals().missing, 1);
+        assert_eq!(bm.node_block_count(&node("a")), 0);
+    }
+
+    #[test]
+    fn removing_a_block_schedules_deletes_on_holders_and_pipeline() {
+        let mut bm = BlockManager::new();
+        let b = blk(7, 1005, 0);
+        let mut info = BlockInfo::new(InodeId(5), 2, b, BlockState::UnderConstruction);
+        info.expected = vec![node("a"), node("b")];
+        bm.insert(b.id, info);
+        bm.add_replica(&node("c"), b, ReplicaState::Rbw);
+        bm.remove(b.id).unwrap();
+        for n in ["a", "b", "c"] {
+            assert_eq!(bm.take_deletions(&node(n), 10), vec![b], "{n}");
+        }
+        assert_eq!(bm.node_block_count(&node("c")), 0);
+    }
+}

@@ -1,0 +1,89 @@
+//! The HTTP endpoints (actix-web, one worker, no signal handling of its own):
+//!
+//! - `GET /health`: `{"status":"ok"}`;
+//! - `GET /status`: version, uptime, RPC address, the cluster report, namespace totals (JSON);
+//! - `GET /metrics`: Prometheus text.
+//!
+//! The server stops when the service's cancellation token fires.
+
+use crate::service::Shared;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde::Serialize;
+use sluice_common::rpc::ClusterReport;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Builds the HTTP server on a bound listener; await (or spawn) the result to run it.
+pub fn server(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::from(shared);
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/health", web::get().to(health))
+            .route("/status", web::get().to(status))
+            .route("/metrics", web::get().to(metrics))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .shutdown_signal(shutdown.cancelled_owned())
+    .listen(listener)?
+    .run())
+}
+
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
+}
+
+/// Namespace totals in `/status`.
+#[derive(Serialize)]
+struct NamespaceTotals {
+    files: u64,
+    directories: u64,
+    blocks: u64,
+    files_under_construction: usize,
+}
+
+/// The `/status` document.
+#[derive(Serialize)]
+struct Status {
+    version: &'static str,
+    uptime_ms: u64,
+    rpc_address: String,
+    namespace: NamespaceTotals,
+    cluster: ClusterReport,
+}
+
+async fn status(shared: web::Data<Shared>) -> HttpResponse {
+    let (cluster, open) = {
+        let s = shared.lock();
+        (s.cluster_report(Instant::now()), s.open_files())
+    };
+    HttpResponse::Ok().json(Status {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_ms: shared.started.elapsed().as_millis() as u64,
+        rpc_address: shared.rpc_addr.to_string(),
+        namespace: NamespaceTotals {
+            files: cluster.files,
+            directories: cluster.directories,
+            blocks: cluster.blocks,
+            files_under_construction: open,
+        },
+        cluster,
+    })
+}
+
+async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
+    let (cluster, open) = {
+        let s = shared.lock();
+        (s.cluster_report(Instant::now()), s.open_files())
+    };
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(crate::metrics::render(&cluster, open, &shared.metrics))
+}

@@ -1,0 +1,124 @@
+//! RPC call counters and the Prometheus text rendering of `/metrics`.
+
+use dashmap::DashMap;
+use sluice_common::rpc::{ClusterReport, NodeState};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Calls per RPC method, and failed calls.
+#[derive(Debug, Default)]
+pub struct RpcMetrics {
+    calls: DashMap<&'static str, AtomicU64>,
+    errors: DashMap<&'static str, AtomicU64>,
+}
+
+impl RpcMetrics {
+    /// Counts one call of `method`.
+    pub fn call(&self, method: &'static str) {
+        self.calls
+            .entry(method)
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one failed call of `method`.
+    pub fn error(&self, method: &'static str) {
+        self.errors
+            .entry(method)
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sorted(map: &DashMap<&'static str, AtomicU64>) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<_> = map
+            .iter()
+            .map(|e| (*e.key(), e.value().load(Ordering::Relaxed)))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+    );
+}
+
+/// Renders the Prometheus text exposition.
+pub fn render(report: &ClusterReport, open_files: usize, rpc: &RpcMetrics) -> String {
+    let mut out = String::new();
+    gauge(
+        &mut out,
+        "sluice_metadata_files",
+        "Files in the namespace.",
+        report.files,
+    );
+    gauge(
+        &mut out,
+        "sluice_metadata_directories",
+        "Directories in the namespace.",
+        report.directories,
+    );
+    gauge(
+        &mut out,
+        "sluice_metadata_blocks",
+        "Blocks in the block manager.",
+        report.blocks,
+    );
+    gauge(
+        &mut out,
+        "sluice_metadata_files_under_construction",
+        "Files open for writing.",
+        open_files as u64,
+    );
+    gauge(
+        &mut out,
+        "sluice_metadata_under_replicated_blocks",
+        "Blocks with fewer live replicas than their factor.",
+        report.under_replicated_blocks,
+    );
+    gauge(
+        &mut out,
+        "sluice_metadata_missing_blocks",
+        "Blocks with no live replica.",
+        report.missing_blocks,
+    );
+    gauge(
+        &mut out,
+        "sluice_metadata_corrupt_blocks",
+        "Blocks with a corrupt replica.",
+        report.corrupt_blocks,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_metadata_datanodes DataNodes by state.\n# TYPE sluice_metadata_datanodes gauge"
+    );
+    for (state, label) in [
+        (NodeState::Live, "live"),
+        (NodeState::Stale, "stale"),
+        (NodeState::Dead, "dead"),
+    ] {
+        let n = report.datanodes.iter().filter(|d| d.state == state).count();
+        let _ = writeln!(out, "sluice_metadata_datanodes{{state=\"{label}\"}} {n}");
+    }
+    for (name, help, map) in [
+        (
+            "sluice_metadata_rpc_calls_total",
+            "RPC calls by method.",
+            &rpc.calls,
+        ),
+        (
+            "sluice_metadata_rpc_errors_total",
+            "Failed RPC calls by method.",
+            &rpc.errors,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (method, n) in RpcMetrics::sorted(map) {
+            let _ = writeln!(out, "{name}{{method=\"{method}\"}} {n}");
+        }
+    }
+    out
+}

@@ -1,0 +1,349 @@
+//! The namespace: directories and files (HDFS semantics) kept in a [`MetaStore`].
+//!
+//! Inodes are stored by id, with a children index keyed by (parent id, name) so that a rename
+//! rewrites one index entry and one inode whatever the size of the subtree. Every change is
+//! built as a [`Txn`] and applied as one atomic batch; the caller flushes the store before it
+//! acknowledges the change (see `docs/metadata.md`, "Durability").
+
+mod inode;
+mod ops;
+mod path;
+
+pub use inode::{BlockRecord, BlockState, FileMeta, Inode, InodeId, InodeKind, ROOT};
+pub use ops::CreateRequest;
+pub use path::NsPath;
+
+use crate::store::{MetaStore, StoreError, WriteBatch};
+use inode::{
+    child_key, children_prefix, decode, decode_u64, encode, inode_key, INODE_PREFIX,
+    NEXT_BLOCK_KEY, NEXT_GENSTAMP_KEY, NEXT_INODE_KEY,
+};
+use sluice_common::rpc::{FileKind, FileStatus};
+use sluice_common::{BlockId, GenerationStamp, MetaError};
+use std::sync::Arc;
+
+/// First block id handed out (HDFS starts sequential block ids at 2^30).
+pub const FIRST_BLOCK_ID: u64 = 1 << 30;
+/// First generation stamp handed out (HDFS's `GenerationStamp.LAST_RESERVED_STAMP` is 1000).
+pub const FIRST_GEN_STAMP: u64 = 1000;
+
+/// A store failure as the RPC caller sees it.
+pub fn storage_error(e: StoreError) -> MetaError {
+    MetaError::Storage {
+        message: e.to_string(),
+    }
+}
+
+/// Pending writes of one namespace change, applied atomically by [`Namespace::commit`].
+#[derive(Debug, Default)]
+pub struct Txn {
+    batch: WriteBatch,
+    files_delta: i64,
+    dirs_delta: i64,
+}
+
+impl Txn {
+    /// An empty change.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Writes (creates or replaces) an inode record.
+    pub fn put_inode(&mut self, inode: &Inode) -> Result<(), MetaError> {
+        let bytes = encode(inode).map_err(storage_error)?;
+        self.batch.put(inode_key(inode.id), bytes);
+        Ok(())
+    }
+    /// Links `child` as `name` under `parent`.
+    fn link(&mut self, parent: InodeId, name: &str, child: InodeId) {
+        self.batch
+            .put(child_key(parent, name), child.0.to_be_bytes().to_vec());
+    }
+    /// Removes the entry `name` of `parent`.
+    fn unlink(&mut self, parent: InodeId, name: &str) {
+        self.batch.delete(child_key(parent, name));
+    }
+    /// Adds a new inode under its parent.
+    fn add(&mut self, inode: &Inode) -> Result<(), MetaError> {
+        self.put_inode(inode)?;
+        self.link(inode.parent, &inode.name, inode.id);
+        if inode.is_dir() {
+            self.dirs_delta += 1;
+        } else {
+            self.files_delta += 1;
+        }
+        Ok(())
+    }
+    /// Removes an inode and its entry in its parent.
+    fn remove(&mut self, inode: &Inode) {
+        self.unlink(inode.parent, &inode.name);
+        self.batch.delete(inode_key(inode.id));
+        if inode.is_dir() {
+            self.dirs_delta -= 1;
+        } else {
+            self.files_delta -= 1;
+        }
+    }
+}
+
+/// The namespace over its store.
+pub struct Namespace {
+    store: Arc<dyn MetaStore>,
+    next_inode: u64,
+    next_block: u64,
+    next_gen_stamp: u64,
+    counters_dirty: bool,
+    files: u64,
+    dirs: u64,
+}
+
+/// How far a path resolved: every inode found from the root down.
+#[derive(Debug)]
+pub struct Walk {
+    /// Inodes of the path's prefix that exist, starting with the root.
+    pub found: Vec<Inode>,
+    /// Components of the path.
+    pub wanted: usize,
+}
+
+impl Walk {
+    /// The inode at the full path, if it exists.
+    pub fn target(&self) -> Option<&Inode> {
+        (self.found.len() == self.wanted + 1)
+            .then(|| self.found.last())
+            .flatten()
+    }
+    /// The deepest inode found.
+    pub fn deepest(&self) -> &Inode {
+        // `found` always holds the root.
+        &self.found[self.found.len() - 1]
+    }
+}
+
+impl Namespace {
+    /// Opens the namespace in `store`, creating the root on first use. Returns it with every
+    /// file inode, from which the block manager and leases are rebuilt. Counters are raised
+    /// past every id found, so they never go backwards.
+    pub fn open(store: Arc<dyn MetaStore>) -> Result<(Namespace, Vec<Inode>), StoreError> {
+        let counter = |key: &[u8], default: u64| -> Result<u64, StoreError> {
+            match store.get(key)? {
+                Some(v) => decode_u64(key, &v),
+                None => Ok(default),
+            }
+        };
+        let mut ns = Namespace {
+            next_inode: counter(NEXT_INODE_KEY, ROOT.0 + 1)?,
+            next_block: counter(NEXT_BLOCK_KEY, FIRST_BLOCK_ID)?,
+            next_gen_stamp: counter(NEXT_GENSTAMP_KEY, FIRST_GEN_STAMP)?,
+            store,
+            counters_dirty: true,
+            files: 0,
+            dirs: 0,
+        };
+        let mut files = Vec::new();
+        for (key, value) in ns.store.scan_prefix(INODE_PREFIX)? {
+            let inode: Inode = decode(&key, &value)?;
+            ns.next_inode = ns.next_inode.max(inode.id.0 + 1);
+            match &inode.kind {
+                InodeKind::Directory => ns.dirs += 1,
+                InodeKind::File(f) => {
+                    ns.files += 1;
+                    for b in &f.blocks {
+                        ns.next_block = ns.next_block.max(b.id.0 + 1);
+                        ns.next_gen_stamp = ns.next_gen_stamp.max(b.gen_stamp.0 + 1);
+                    }
+                    files.push(inode);
+                }
+            }
+        }
+        let mut txn = Txn::new();
+        if ns.dirs == 0 {
+            let root = Inode {
+                id: ROOT,
+                parent: ROOT,
+                name: String::new(),
+                mtime_ms: now_ms(),
+                kind: InodeKind::Directory,
+            };
+            txn.put_inode(&root)
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            txn.dirs_delta += 1;
+        }
+        ns.commit(txn)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok((ns, files))
+    }
+
+    /// The store (for flushing).
+    pub fn store(&self) -> &Arc<dyn MetaStore> {
+        &self.store
+    }
+
+    /// Number of files.
+    pub fn file_count(&self) -> u64 {
+        self.files
+    }
+
+    /// Number of directories (the root included).
+    pub fn dir_count(&self) -> u64 {
+        self.dirs
+    }
+
+    /// Allocates a block id (persisted with the next commit).
+    pub fn alloc_block_id(&mut self) -> BlockId {
+        self.counters_dirty = true;
+        self.next_block += 1;
+        BlockId(self.next_block - 1)
+    }
+
+    /// Allocates a generation stamp (persisted with the next commit).
+    pub fn alloc_gen_stamp(&mut self) -> GenerationStamp {
+        self.counters_dirty = true;
+        self.next_gen_stamp += 1;
+        GenerationStamp(self.next_gen_stamp - 1)
+    }
+
+    fn alloc_inode_id(&mut self) -> InodeId {
+        self.counters_dirty = true;
+        self.next_inode += 1;
+        InodeId(self.next_inode - 1)
+    }
+
+    /// Applies a change atomically (with the counters, if they moved). Not yet durable.
+    pub fn commit(&mut self, mut txn: Txn) -> Result<(), MetaError> {
+        if self.counters_dirty {
+            for (key, value) in [
+                (NEXT_INODE_KEY, self.next_inode),
+                (NEXT_BLOCK_KEY, self.next_block),
+                (NEXT_GENSTAMP_KEY, self.next_gen_stamp),
+            ] {
+                txn.batch.put(key.to_vec(), value.to_be_bytes().to_vec());
+            }
+        }
+        if txn.batch.is_empty() {
+            return Ok(());
+        }
+        self.store.apply(txn.batch).map_err(storage_error)?;
+        self.counters_dirty = false;
+        self.files = self.files.saturating_add_signed(txn.files_delta);
+        self.dirs = self.dirs.saturating_add_signed(txn.dirs_delta);
+        Ok(())
+    }
+
+    /// The inode `id`.
+    pub fn get(&self, id: InodeId) -> Result<Option<Inode>, MetaError> {
+        let key = inode_key(id);
+        match self.store.get(&key).map_err(storage_error)? {
+            Some(v) => decode(&key, &v).map(Some).map_err(storage_error),
+            None => Ok(None),
+        }
+    }
+
+    /// The child `name` of directory `parent`.
+    pub fn lookup(&self, parent: InodeId, name: &str) -> Result<Option<Inode>, MetaError> {
+        let key = child_key(parent, name);
+        match self.store.get(&key).map_err(storage_error)? {
+            Some(v) => self.get(InodeId(decode_u64(&key, &v).map_err(storage_error)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The children of directory `dir`, sorted by name.
+    pub fn children(&self, dir: InodeId) -> Result<Vec<Inode>, MetaError> {
+        let prefix = children_prefix(dir);
+        let rows = self.store.scan_prefix(&prefix).map_err(storage_error)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (key, value) in rows {
+            let id = InodeId(decode_u64(&key, &value).map_err(storage_error)?);
+            match self.get(id)? {
+                Some(inode) => out.push(inode),
+                None => {
+                    return Err(storage_error(StoreError::Corrupt {
+                        key: inode::printable(&key),
+                        reason: format!("child entry points to missing inode {}", id.0),
+                    }))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Resolves `path` as far as it exists. A file in the middle stops the walk.
+    pub fn walk(&self, path: &NsPath) -> Result<Walk, MetaError> {
+        let root = self.get(ROOT)?.ok_or_else(|| MetaError::Storage {
+            message: "root inode missing".into(),
+        })?;
+        let mut found = vec![root];
+        for name in path.components() {
+            let cur = &found[found.len() - 1];
+            if !cur.is_dir() {
+                break;
+            }
+            match self.lookup(cur.id, name)? {
+                Some(child) => found.push(child),
+                None => break,
+            }
+        }
+        Ok(Walk {
+            found,
+            wanted: path.components().len(),
+        })
+    }
+
+    /// The inode at `path` (`None` if missing, or if a file stands on the way).
+    pub fn resolve(&self, path: &NsPath) -> Result<Option<Inode>, MetaError> {
+        Ok(self.walk(path)?.target().cloned())
+    }
+
+    /// The absolute path of an inode, from its parent links.
+    pub fn path_of(&self, inode: &Inode) -> Result<String, MetaError> {
+        let mut names = vec![];
+        let mut cur = inode.clone();
+        while cur.id != ROOT {
+            names.push(cur.name.clone());
+            cur = self.get(cur.parent)?.ok_or_else(|| MetaError::Storage {
+                message: format!("inode {} has a missing parent", cur.id.0),
+            })?;
+            if names.len() > path::MAX_PATH_BYTES {
+                return Err(MetaError::Storage {
+                    message: "cycle in parent links".into(),
+                });
+            }
+        }
+        names.reverse();
+        Ok(format!("/{}", names.join("/")))
+    }
+}
+
+/// What `stat` shows for an inode at `path`.
+pub fn file_status(path: String, inode: &Inode) -> FileStatus {
+    match &inode.kind {
+        InodeKind::Directory => FileStatus {
+            path,
+            kind: FileKind::Directory,
+            length: 0,
+            replication: 0,
+            block_size: 0,
+            modification_time_ms: inode.mtime_ms,
+            under_construction: false,
+            block_count: 0,
+        },
+        InodeKind::File(f) => FileStatus {
+            path,
+            kind: FileKind::File,
+            length: f.length(),
+            replication: f.replication,
+            block_size: f.block_size,
+            modification_time_ms: inode.mtime_ms,
+            under_construction: f.writer.is_some(),
+            block_count: f.blocks.len() as u64,
+        },
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

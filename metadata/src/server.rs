@@ -1,0 +1,179 @@
+//! [`MetadataServer`]: opens the store, binds the RPC and HTTP listeners, starts every task,
+//! and tears them down in order on shutdown (tasks, HTTP, then the store: flushed and its lock
+//! released so that a new server can open the same directory right after).
+
+use crate::error::MetadataError;
+use crate::service::Shared;
+use crate::state::State;
+use crate::store::{MetaStore, SledStore};
+use sluice_common::config::MetadataConfig;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A running metadata service.
+pub struct MetadataServer {
+    rpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    http: JoinHandle<std::io::Result<()>>,
+    store: Arc<SledStore>,
+}
+
+impl MetadataServer {
+    /// Opens the store under `cfg.data_dir`, binds RPC (`cfg.bind_host:cfg.rpc_port`) and HTTP
+    /// (`cfg.bind_host:cfg.http_port`) — port 0 picks a free port — and starts serving. Must be
+    /// called inside a multi-thread tokio runtime.
+    pub async fn start(
+        cfg: MetadataConfig,
+        shutdown: CancellationToken,
+    ) -> Result<MetadataServer, MetadataError> {
+        cfg.validate()?;
+        let store = open_store(&cfg).await?;
+        let opened = State::open(&cfg, store.clone(), Instant::now());
+        let state = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = store.close();
+                return Err(store_error(&cfg, e));
+            }
+        };
+        if let Err(e) = store.flush().await {
+            let _ = store.close();
+            return Err(store_error(&cfg, e));
+        }
+        let bound = bind(&cfg).await;
+        let (rpc, http) = match bound {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = store.close();
+                return Err(e);
+            }
+        };
+        let rpc_addr = local_addr(&rpc.local_addr(), "rpc", &cfg)?;
+        let http_addr = local_addr(&http.local_addr(), "http", &cfg)?;
+        let shared = Arc::new(Shared::new(state, rpc_addr));
+        let http_server =
+            crate::http::server(http, shared.clone(), shutdown.clone()).map_err(|source| {
+                MetadataError::Http {
+                    addr: http_addr.to_string(),
+                    source,
+                }
+            })?;
+        let tracker = TaskTracker::new();
+        tracker.spawn(crate::rpc::serve(
+            rpc,
+            shared.clone(),
+            shutdown.clone(),
+            tracker.clone(),
+        ));
+        tracker.spawn(crate::monitor::run(
+            shared,
+            cfg.monitor_interval.get(),
+            shutdown.clone(),
+        ));
+        tracker.close();
+        let http = tokio::spawn(http_server);
+        tracing::info!(rpc = %rpc_addr, http = %http_addr, data = %cfg.data_dir.display(), "metadata service started");
+        Ok(MetadataServer {
+            rpc_addr,
+            http_addr,
+            shutdown,
+            tracker,
+            http,
+            store,
+        })
+    }
+
+    /// The bound RPC address.
+    pub fn rpc_addr(&self) -> SocketAddr {
+        self.rpc_addr
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Waits until every task ended after `shutdown` was cancelled and the store is closed
+    /// (flushed, sled lock released) so that a new server can start on the same data_dir in the
+    /// same process right after.
+    pub async fn wait(self) {
+        self.shutdown.cancelled().await;
+        self.tracker.wait().await;
+        match self.http.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "http server stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "http server task failed"),
+        }
+        let store = self.store;
+        let closed = tokio::task::spawn_blocking(move || store.close()).await;
+        match closed {
+            Ok(Ok(())) => tracing::info!("metadata service stopped"),
+            Ok(Err(e)) => tracing::error!(error = %e, "closing the metadata store failed"),
+            Err(e) => tracing::error!(error = %e, "closing the metadata store panicked"),
+        }
+    }
+}
+
+fn store_error(cfg: &MetadataConfig, e: impl std::fmt::Display) -> MetadataError {
+    MetadataError::Store {
+        path: cfg.data_dir.clone(),
+        message: e.to_string(),
+    }
+}
+
+async fn open_store(cfg: &MetadataConfig) -> Result<Arc<SledStore>, MetadataError> {
+    let dir = cfg.data_dir.clone();
+    let opened = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        SledStore::open(&dir).map_err(|e| e.to_string())
+    })
+    .await;
+    match opened {
+        Ok(Ok(store)) => Ok(Arc::new(store)),
+        Ok(Err(message)) => Err(store_error(cfg, message)),
+        Err(join) => Err(store_error(cfg, join)),
+    }
+}
+
+async fn bind(
+    cfg: &MetadataConfig,
+) -> Result<(tokio::net::TcpListener, std::net::TcpListener), MetadataError> {
+    let rpc_addr = format!("{}:{}", cfg.bind_host, cfg.rpc_port);
+    let rpc = tokio::net::TcpListener::bind(&rpc_addr)
+        .await
+        .map_err(|source| MetadataError::Bind {
+            what: "rpc",
+            addr: rpc_addr.clone(),
+            source,
+        })?;
+    let http_addr = format!("{}:{}", cfg.bind_host, cfg.http_port);
+    let http = std::net::TcpListener::bind(&http_addr)
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|source| MetadataError::Bind {
+            what: "http",
+            addr: http_addr,
+            source,
+        })?;
+    Ok((rpc, http))
+}
+
+fn local_addr(
+    addr: &std::io::Result<SocketAddr>,
+    what: &'static str,
+    cfg: &MetadataConfig,
+) -> Result<SocketAddr, MetadataError> {
+    match addr {
+        Ok(a) => Ok(*a),
+        Err(e) => Err(MetadataError::Bind {
+            what,
+            addr: cfg.bind_host.clone(),
+            source: std::io::Error::new(e.kind(), e.to_string()),
+        }),
+    }
+}

@@ -1,0 +1,159 @@
+//! The DataNode protocol's logic (register, heartbeat, incremental and full block reports),
+//! bad-replica reports from readers, and the monitor's periodic decisions.
+
+use super::{State, MAX_DELETES_PER_HEARTBEAT};
+use crate::datanodes::HeartbeatOutcome;
+use crate::namespace::InodeId;
+use sluice_common::proto::ReplicaState;
+use sluice_common::rpc::{
+    BadReplica, DatanodeCommand, DatanodeRegistration, Heartbeat, HeartbeatResponse, NodeState,
+    RegisterResponse, ReplicaEvent, ReplicaReport,
+};
+use sluice_common::{MetaError, NodeId};
+use std::collections::HashSet;
+use std::time::Instant;
+
+/// A decision of the monitor, for its task to log and (in later issues) act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MonitorAction {
+    /// A DataNode missed heartbeats for the stale interval: placement avoids it.
+    NodeStale {
+        /// The DataNode.
+        node: NodeId,
+    },
+    /// A DataNode missed heartbeats for the dead interval: its replicas no longer count.
+    /// Re-replicating them elsewhere is a later issue; `replicas` says how many were lost.
+    NodeDead {
+        /// The DataNode.
+        node: NodeId,
+        /// Replicas it held.
+        replicas: usize,
+    },
+    /// A writer did not renew its lease for the hard limit. Lease recovery (closing the file
+    /// at the length its replicas agree on) is a later issue.
+    LeaseExpired {
+        /// The writer.
+        holder: String,
+        /// Its open files.
+        files: Vec<InodeId>,
+    },
+}
+
+impl State {
+    /// Registers (or re-registers) a DataNode.
+    pub fn register(&mut self, reg: &DatanodeRegistration, now: Instant) -> RegisterResponse {
+        self.nodes.register(reg, now);
+        let stale_ms = self.cfg.stale_interval.get().as_millis() as u64;
+        RegisterResponse {
+            heartbeat_interval_ms: (stale_ms / 3).clamp(100, 3000),
+        }
+    }
+
+    /// Records a heartbeat; the answer carries queued deletions (or asks to re-register).
+    pub fn heartbeat(&mut self, hb: &Heartbeat, now: Instant) -> HeartbeatResponse {
+        if self.nodes.heartbeat(hb, now) == HeartbeatOutcome::Reregister {
+            return HeartbeatResponse {
+                commands: vec![DatanodeCommand::Reregister],
+            };
+        }
+        let blocks = self
+            .blocks
+            .take_deletions(&hb.node, MAX_DELETES_PER_HEARTBEAT);
+        let mut commands = Vec::new();
+        if !blocks.is_empty() {
+            commands.push(DatanodeCommand::Delete { blocks });
+        }
+        HeartbeatResponse { commands }
+    }
+
+    fn check_registered(&self, node: &NodeId) -> Result<(), MetaError> {
+        if self.nodes.is_usable(node) {
+            Ok(())
+        } else {
+            Err(MetaError::UnknownDatanode { node: node.clone() })
+        }
+    }
+
+    /// Incremental replica events.
+    pub fn block_received(
+        &mut self,
+        node: &NodeId,
+        events: &[ReplicaEvent],
+    ) -> Result<(), MetaError> {
+        self.check_registered(node)?;
+        for event in events {
+            match event {
+                ReplicaEvent::Received(b) => {
+                    self.blocks.add_replica(node, *b, ReplicaState::Finalized);
+                    self.try_complete(b.id);
+                }
+                ReplicaEvent::Deleted(b) => self.blocks.remove_replica(node, b.id),
+            }
+        }
+        Ok(())
+    }
+
+    /// A full block report: replaces what is known of `node`'s replicas. Returns how many
+    /// replicas were scheduled for deletion (unknown blocks, stale generation stamps).
+    pub fn block_report(
+        &mut self,
+        node: &NodeId,
+        replicas: &[ReplicaReport],
+    ) -> Result<u64, MetaError> {
+        self.check_registered(node)?;
+        let reports = replicas
+            .iter()
+            .filter(|r| r.state != ReplicaState::Temporary)
+            .map(|r| (r.block, r.state));
+        let invalidated = self.blocks.replace_node_replicas(node, reports);
+        for r in replicas {
+            self.try_complete(r.block.id);
+        }
+        Ok(invalidated)
+    }
+
+    /// Marks replicas that served bad data corrupt. Unknown blocks are skipped.
+    pub fn report_bad_blocks(&mut self, bad: &[BadReplica]) {
+        for r in bad {
+            if !self.blocks.mark_corrupt(&r.node, r.block.id) {
+                tracing::debug!(block = %r.block.id, node = %r.node, "bad replica of an unknown block");
+            }
+        }
+    }
+
+    /// The monitor's periodic pass at `now`: liveness transitions (a dead node's replicas are
+    /// dropped) and leases that crossed the hard limit since the previous pass.
+    pub fn tick(&mut self, now: Instant) -> Vec<MonitorAction> {
+        let mut actions = Vec::new();
+        for change in self.nodes.check_liveness(now) {
+            match change.to {
+                NodeState::Dead => {
+                    let replicas = self.blocks.remove_node(&change.node);
+                    actions.push(MonitorAction::NodeDead {
+                        node: change.node,
+                        replicas,
+                    });
+                }
+                NodeState::Stale => actions.push(MonitorAction::NodeStale { node: change.node }),
+                NodeState::Live => {}
+            }
+        }
+        let hard = self.cfg.lease_hard_limit.get();
+        let before: HashSet<String> = match self.last_tick {
+            Some(t) => self
+                .leases
+                .expired(t, hard)
+                .into_iter()
+                .map(|(h, _)| h)
+                .collect(),
+            None => HashSet::new(),
+        };
+        for (holder, files) in self.leases.expired(now, hard) {
+            if !before.contains(&holder) {
+                actions.push(MonitorAction::LeaseExpired { holder, files });
+            }
+        }
+        self.last_tick = Some(now);
+        actions
+    }
+}

@@ -1,0 +1,558 @@
+//! The write path of the client protocol: create, add_block, abandon_block, complete, fsync,
+//! and pipeline recovery (update_block_for_pipeline, update_pipeline, additional DataNodes).
+
+use super::State;
+use crate::blocks::BlockInfo;
+use crate::namespace::{now_ms, BlockRecord, BlockState, CreateRequest, Inode, NsPath, Txn};
+use crate::placement::PlacementRequest;
+use sluice_common::rpc::{AdditionalDatanodes, CreateOptions, FileStatus, LocatedBlock};
+use sluice_common::{BlockId, DatanodeId, ExtendedBlock, MetaError, NodeId};
+use std::time::Instant;
+
+fn bad_previous(reason: String) -> MetaError {
+    MetaError::invalid_argument("previous", reason)
+}
+
+impl State {
+    /// Creates a file open for writing (see `ClientProtocol::create`).
+    pub fn create(
+        &mut self,
+        path: &str,
+        opts: &CreateOptions,
+        now: Instant,
+    ) -> Result<FileStatus, MetaError> {
+        let p = NsPath::parse(path)?;
+        let req = self.create_request(opts)?;
+        let (inode, replaced) = self.ns.create(&p, &req, now_ms())?;
+        if let Some(old) = replaced {
+            self.drop_file(&old);
+        }
+        self.leases.add(&req.client, inode.id, now);
+        Ok(crate::namespace::file_status(p.to_string(), &inode))
+    }
+
+    fn create_request(&self, opts: &CreateOptions) -> Result<CreateRequest, MetaError> {
+        if opts.client_name.is_empty() {
+            return Err(MetaError::invalid_argument("client_name", "empty"));
+        }
+        let replication = match opts.replication {
+            0 => self.cfg.default_replication,
+            r if r > self.cfg.max_replication => {
+                return Err(MetaError::invalid_argument(
+                    "replication",
+                    format!("{r} exceeds replication.max {}", self.cfg.max_replication),
+                ))
+            }
+            r => r,
+        };
+        let min = self.cfg.min_block_size.bytes();
+        let block_size = match opts.block_size {
+            0 => self.cfg.default_block_size.bytes(),
+            s if s < min || !s.is_multiple_of(512) => {
+                return Err(MetaError::invalid_argument(
+                    "block_size",
+                    format!("{s} must be a multiple of 512 and at least {min}"),
+                ))
+            }
+            s => s,
+        };
+        Ok(CreateRequest {
+            client: opts.client_name.clone(),
+            overwrite: opts.overwrite,
+            create_parent: opts.create_parent,
+            replication,
+            block_size,
+        })
+    }
+
+    /// Forgets a removed file: its blocks (deleted on their DataNodes) and its lease.
+    pub(super) fn drop_file(&mut self, inode: &Inode) {
+        let Some(f) = inode.file() else {
+            return;
+        };
+        for b in &f.blocks {
+            self.blocks.remove(b.id);
+        }
+        if let Some(w) = &f.writer {
+            self.leases.remove(w, inode.id);
+        }
+    }
+
+    /// Commits `previous`, allocates the next block and its pipeline.
+    pub fn add_block(
+        &mut self,
+        path: &str,
+        client: &str,
+        previous: Option<ExtendedBlock>,
+        exclude: &[NodeId],
+    ) -> Result<LocatedBlock, MetaError> {
+        let p = NsPath::parse(path)?;
+        let mut inode = self.open_file(&p, client)?;
+        let Some(file) = inode.file() else {
+            return Err(MetaError::IsADirectory {
+                path: p.to_string(),
+            });
+        };
+        let (replication, block_size) = (file.replication, file.block_size);
+        let blocks = file.blocks.clone();
+        if let Some(retry) = self.add_block_retry(&blocks, previous) {
+            return Ok(retry);
+        }
+        match (previous, blocks.last()) {
+            (None, None) => {}
+            (Some(prev), Some(last)) if prev.id == last.id => {
+                self.check_commit(last, prev)?;
+                if let Some(before) = blocks.len().checked_sub(2).and_then(|i| blocks.get(i)) {
+                    if self.try_complete(before.id) != Some(BlockState::Complete) {
+                        return Err(MetaError::NotReplicatedYet { block: before.id });
+                    }
+                }
+            }
+            (None, Some(last)) => {
+                return Err(bad_previous(format!(
+                    "must name the last block {}",
+                    last.id
+                )))
+            }
+            (Some(prev), last) => {
+                return Err(bad_previous(format!(
+                    "{} is not the file's last block ({:?})",
+                    prev.id,
+                    last.map(|b| b.id)
+                )))
+            }
+        }
+        let targets = self.place(&PlacementRequest {
+            count: usize::from(replication),
+            block_size,
+            existing: &[],
+            exclude,
+        })?;
+        let record = BlockRecord {
+            id: self.ns.alloc_block_id(),
+            gen_stamp: self.ns.alloc_gen_stamp(),
+            num_bytes: 0,
+            state: BlockState::UnderConstruction,
+        };
+        let committed = previous.map(|prev| self.committed_state(prev));
+        let f = inode.file_mut().ok_or_else(|| MetaError::IsADirectory {
+            path: p.to_string(),
+        })?;
+        if let (Some(prev), Some(state), Some(last)) = (previous, committed, f.blocks.last_mut()) {
+            last.num_bytes = prev.num_bytes;
+            last.state = state;
+        }
+        let offset = f.length();
+        f.blocks.push(record);
+        self.ns.update(&inode)?;
+        if let (Some(prev), Some(state)) = (previous, committed) {
+            self.apply_commit(prev, state);
+        }
+        let mut info = BlockInfo::new(inode.id, replication, record.extended(), record.state);
+        info.expected = targets.iter().map(|d| d.node_id.clone()).collect();
+        self.blocks.insert(record.id, info);
+        Ok(LocatedBlock {
+            block: record.extended(),
+            offset,
+            locations: targets,
+            corrupt: false,
+        })
+    }
+
+    /// A retried `add_block` whose first call allocated the last block: the same answer.
+    fn add_block_retry(
+        &self,
+        blocks: &[BlockRecord],
+        previous: Option<ExtendedBlock>,
+    ) -> Option<LocatedBlock> {
+        let (last, before) = blocks.split_last()?;
+        let matches = match (previous, before.last()) {
+            (None, None) => true,
+            (Some(p), Some(b)) => p.id == b.id,
+            _ => false,
+        };
+        let info = self.blocks.get(last.id)?;
+        let untouched = last.state == BlockState::UnderConstruction
+            && last.num_bytes == 0
+            && info.replicas.is_empty()
+            && info.pending_gen_stamp.is_none();
+        if !(matches && untouched) {
+            return None;
+        }
+        Some(LocatedBlock {
+            block: last.extended(),
+            offset: before.iter().map(|b| b.num_bytes).sum(),
+            locations: self.usable_ids(&info.expected),
+            corrupt: false,
+        })
+    }
+
+    /// Checks that `given` may commit the stored `last` block.
+    fn check_commit(&self, last: &BlockRecord, given: ExtendedBlock) -> Result<(), MetaError> {
+        if given.gen_stamp != last.gen_stamp {
+            return Err(MetaError::GenerationStampMismatch {
+                block: last.id,
+                given: given.gen_stamp,
+                current: last.gen_stamp,
+            });
+        }
+        if last.state != BlockState::UnderConstruction && given.num_bytes != last.num_bytes {
+            return Err(bad_previous(format!(
+                "{} was committed with {} bytes, not {}",
+                last.id, last.num_bytes, given.num_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The state a block reaches when committed at `given`'s length.
+    fn committed_state(&self, given: ExtendedBlock) -> BlockState {
+        let Some(info) = self.blocks.get(given.id) else {
+            return BlockState::Committed;
+        };
+        if info.state == BlockState::Complete {
+            return BlockState::Complete;
+        }
+        let mut probe = info.clone();
+        probe.num_bytes = given.num_bytes;
+        probe.state = BlockState::Committed;
+        if probe.finalized_count() >= usize::from(self.cfg.min_replication) {
+            BlockState::Complete
+        } else {
+            BlockState::Committed
+        }
+    }
+
+    /// Applies a commit to the block map (after the store took it).
+    fn apply_commit(&mut self, given: ExtendedBlock, state: BlockState) {
+        if let Some(info) = self.blocks.get_mut(given.id) {
+            info.num_bytes = given.num_bytes;
+            info.state = state;
+            info.expected.clear();
+            let wrong: Vec<NodeId> = info
+                .replicas
+                .iter()
+                .filter(|(_, r)| {
+                    r.gen_stamp == info.gen_stamp
+                        && r.state == sluice_common::proto::ReplicaState::Finalized
+                        && r.num_bytes != info.num_bytes
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            info.corrupt.extend(wrong);
+        }
+    }
+
+    /// Drops the file's last block, whose pipeline could not be set up.
+    pub fn abandon_block(
+        &mut self,
+        path: &str,
+        client: &str,
+        block: ExtendedBlock,
+    ) -> Result<(), MetaError> {
+        let p = NsPath::parse(path)?;
+        let mut inode = self.open_file(&p, client)?;
+        let f = inode.file_mut().ok_or_else(|| MetaError::IsADirectory {
+            path: p.to_string(),
+        })?;
+        match f.blocks.last() {
+            Some(last) if last.id == block.id => {
+                if last.state != BlockState::UnderConstruction {
+                    return Err(MetaError::invalid_argument(
+                        "block",
+                        format!("{} is committed and cannot be abandoned", block.id),
+                    ));
+                }
+            }
+            // Not (or no longer) in the file: an abandon retried after it succeeded.
+            _ if !f.blocks.iter().any(|b| b.id == block.id) => return Ok(()),
+            _ => {
+                return Err(MetaError::invalid_argument(
+                    "block",
+                    format!("{} is not the file's last block", block.id),
+                ))
+            }
+        }
+        f.blocks.pop();
+        self.ns.update(&inode)?;
+        self.blocks.remove(block.id);
+        Ok(())
+    }
+
+    /// Commits the last block and closes the file once every block is complete.
+    pub fn complete(
+        &mut self,
+        path: &str,
+        client: &str,
+        last: Option<ExtendedBlock>,
+    ) -> Result<bool, MetaError> {
+        let p = NsPath::parse(path)?;
+        if self.is_closed_by(&p, client, last)? {
+            return Ok(true);
+        }
+        let mut inode = self.open_file(&p, client)?;
+        let blocks = inode.file().map(|f| f.blocks.clone()).unwrap_or_default();
+        match (last, blocks.last()) {
+            (None, None) => {}
+            (Some(l), Some(b)) if l.id == b.id => self.check_commit(b, l)?,
+            (l, b) => {
+                return Err(MetaError::invalid_argument(
+                    "last",
+                    format!(
+                        "{:?} is not the file's last block ({:?})",
+                        l.map(|x| x.id),
+                        b.map(|x| x.id)
+                    ),
+                ))
+            }
+        }
+        let committed = last.map(|l| (l, self.committed_state(l)));
+        let others_complete = blocks
+            .iter()
+            .rev()
+            .skip(usize::from(last.is_some()))
+            .all(|b| self.try_complete(b.id) == Some(BlockState::Complete));
+        let all_complete =
+            others_complete && committed.is_none_or(|(_, s)| s == BlockState::Complete);
+        let f = inode.file_mut().ok_or_else(|| MetaError::IsADirectory {
+            path: p.to_string(),
+        })?;
+        if let (Some((l, state)), Some(rec)) = (committed, f.blocks.last_mut()) {
+            rec.num_bytes = l.num_bytes;
+            rec.state = state;
+        }
+        if all_complete {
+            for b in &mut f.blocks {
+                b.state = BlockState::Complete;
+            }
+            f.writer = None;
+            f.closed_by = Some(client.to_string());
+            inode.mtime_ms = now_ms();
+        }
+        let changed = all_complete
+            || committed.is_some_and(|(l, s)| {
+                blocks
+                    .last()
+                    .is_some_and(|b| b.num_bytes != l.num_bytes || b.state != s)
+            });
+        if changed {
+            self.ns.update(&inode)?;
+        }
+        if let Some((l, state)) = committed {
+            self.apply_commit(l, state);
+        }
+        if all_complete {
+            self.leases.remove(client, inode.id);
+        }
+        Ok(all_complete)
+    }
+
+    /// True if the file is already closed by `client` with `last` as its last block (a
+    /// retried `complete`).
+    fn is_closed_by(
+        &self,
+        p: &NsPath,
+        client: &str,
+        last: Option<ExtendedBlock>,
+    ) -> Result<bool, MetaError> {
+        let inode = self.file_at(p)?;
+        let Some(f) = inode.file() else {
+            return Ok(false);
+        };
+        let same_last = match (last, f.blocks.last()) {
+            (None, None) => true,
+            (Some(l), Some(b)) => l.id == b.id && l.num_bytes == b.num_bytes,
+            _ => false,
+        };
+        Ok(f.writer.is_none() && same_last && f.closed_by.as_deref() == Some(client))
+    }
+
+    /// Records the length the writer hflushed in its last block.
+    pub fn fsync(&mut self, path: &str, client: &str, length: u64) -> Result<(), MetaError> {
+        let p = NsPath::parse(path)?;
+        let mut inode = self.open_file(&p, client)?;
+        let f = inode.file_mut().ok_or_else(|| MetaError::IsADirectory {
+            path: p.to_string(),
+        })?;
+        let Some(last) = f.blocks.last_mut() else {
+            return Ok(());
+        };
+        if last.state != BlockState::UnderConstruction || length <= last.num_bytes {
+            return Ok(());
+        }
+        last.num_bytes = length;
+        let id = last.id;
+        self.ns.update(&inode)?;
+        if let Some(info) = self.blocks.get_mut(id) {
+            info.num_bytes = length;
+        }
+        Ok(())
+    }
+
+    /// The file and path of a block being written by `client` (pipeline recovery checks).
+    fn uc_block(&self, id: BlockId, client: &str) -> Result<(Inode, NsPath), MetaError> {
+        let info = self
+            .blocks
+            .get(id)
+            .ok_or(MetaError::UnknownBlock { block: id })?;
+        let inode = self
+            .ns
+            .get(info.file)?
+            .ok_or(MetaError::UnknownBlock { block: id })?;
+        let path = NsPath::parse(&self.ns.path_of(&inode)?)?;
+        let f = inode.file().ok_or(MetaError::UnknownBlock { block: id })?;
+        let is_last_uc = f.blocks.last().is_some_and(|b| b.id == id)
+            && info.state == BlockState::UnderConstruction;
+        match &f.writer {
+            Some(w) if is_last_uc && w == client => Ok((inode, path)),
+            Some(_) if is_last_uc => Err(MetaError::NotLeaseHolder {
+                path: path.to_string(),
+                client: client.to_string(),
+            }),
+            _ => Err(MetaError::NotUnderConstruction {
+                path: path.to_string(),
+            }),
+        }
+    }
+
+    /// Hands out a new generation stamp for a block whose pipeline is being rebuilt.
+    pub fn update_block_for_pipeline(
+        &mut self,
+        block: ExtendedBlock,
+        client: &str,
+    ) -> Result<LocatedBlock, MetaError> {
+        let (inode, _) = self.uc_block(block.id, client)?;
+        let gs = self.ns.alloc_gen_stamp();
+        self.ns.commit(Txn::new())?;
+        let offset = inode
+            .file()
+            .map(|f| {
+                f.blocks
+                    .iter()
+                    .take_while(|b| b.id != block.id)
+                    .map(|b| b.num_bytes)
+                    .sum()
+            })
+            .unwrap_or(0);
+        let info = self
+            .blocks
+            .get_mut(block.id)
+            .ok_or(MetaError::UnknownBlock { block: block.id })?;
+        info.pending_gen_stamp = Some(gs);
+        let (num_bytes, expected) = (info.num_bytes, info.expected.clone());
+        Ok(LocatedBlock {
+            block: ExtendedBlock::new(block.id, gs, num_bytes),
+            offset,
+            locations: self.usable_ids(&expected),
+            corrupt: false,
+        })
+    }
+
+    /// Records a rebuilt pipeline: new generation stamp, length and DataNodes.
+    pub fn update_pipeline(
+        &mut self,
+        client: &str,
+        old: ExtendedBlock,
+        new: ExtendedBlock,
+        nodes: &[NodeId],
+    ) -> Result<(), MetaError> {
+        if old.id != new.id {
+            return Err(MetaError::invalid_argument(
+                "new_block",
+                format!("{} is not {}", new.id, old.id),
+            ));
+        }
+        let (mut inode, _) = self.uc_block(old.id, client)?;
+        let info = self
+            .blocks
+            .get(old.id)
+            .ok_or(MetaError::UnknownBlock { block: old.id })?;
+        if old.gen_stamp != info.gen_stamp {
+            return Err(MetaError::GenerationStampMismatch {
+                block: old.id,
+                given: old.gen_stamp,
+                current: info.gen_stamp,
+            });
+        }
+        if info.pending_gen_stamp != Some(new.gen_stamp) {
+            return Err(MetaError::GenerationStampMismatch {
+                block: old.id,
+                given: new.gen_stamp,
+                current: info.pending_gen_stamp.unwrap_or(info.gen_stamp),
+            });
+        }
+        if let Some(unknown) = nodes.iter().find(|n| self.nodes.get(n).is_none()) {
+            return Err(MetaError::UnknownDatanode {
+                node: unknown.clone(),
+            });
+        }
+        if let Some(rec) = inode
+            .file_mut()
+            .and_then(|f| f.blocks.iter_mut().find(|b| b.id == old.id))
+        {
+            rec.gen_stamp = new.gen_stamp;
+            rec.num_bytes = new.num_bytes;
+        }
+        self.ns.update(&inode)?;
+        self.apply_new_pipeline(new, nodes);
+        Ok(())
+    }
+
+    fn apply_new_pipeline(&mut self, new: ExtendedBlock, nodes: &[NodeId]) {
+        let Some(info) = self.blocks.get_mut(new.id) else {
+            return;
+        };
+        info.gen_stamp = new.gen_stamp;
+        info.num_bytes = new.num_bytes;
+        info.pending_gen_stamp = None;
+        info.expected = nodes.to_vec();
+        let stale: Vec<(NodeId, ExtendedBlock)> = info
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.gen_stamp < new.gen_stamp)
+            .map(|(n, r)| {
+                (
+                    n.clone(),
+                    ExtendedBlock::new(new.id, r.gen_stamp, r.num_bytes),
+                )
+            })
+            .collect();
+        for (node, old) in stale {
+            self.blocks.remove_replica(&node, new.id);
+            if !nodes.contains(&node) {
+                self.blocks.schedule_delete(&node, old);
+            }
+        }
+    }
+
+    /// More DataNodes for an existing pipeline (replacement after a failure).
+    pub fn get_additional_datanodes(
+        &mut self,
+        req: &AdditionalDatanodes,
+    ) -> Result<Vec<DatanodeId>, MetaError> {
+        let p = NsPath::parse(&req.path)?;
+        let inode = self.open_file(&p, &req.client)?;
+        let f = inode.file().ok_or_else(|| MetaError::IsADirectory {
+            path: p.to_string(),
+        })?;
+        if !f.blocks.iter().any(|b| b.id == req.block.id) {
+            return Err(MetaError::UnknownBlock {
+                block: req.block.id,
+            });
+        }
+        let block_size = f.block_size;
+        let existing: Vec<DatanodeId> = req
+            .existing
+            .iter()
+            .filter_map(|n| self.nodes.get(n).map(|d| d.id.clone()))
+            .collect();
+        let mut exclude = req.exclude.clone();
+        exclude.extend(req.existing.iter().cloned());
+        self.place(&PlacementRequest {
+            count: req.count as usize,
+            block_size,
+            existing: &existing,
+            exclude: &exclude,
+        })
+    }
+}

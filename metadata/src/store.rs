@@ -1,0 +1,212 @@
+//! The persistent key-value store under the namespace, behind [`MetaStore`] so that sled can be
+//! replaced later (Garage shipped sled and had to replace it).
+//!
+//! The namespace needs little: point reads, ordered prefix scans, atomic multi-key batches and
+//! an asynchronous flush that makes every earlier write durable. [`SledStore`] implements it on
+//! sled 0.34 with sled's own periodic flusher turned off: the service flushes after every change,
+//! before it answers.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A failure of the store. The operation that met it was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The underlying database failed.
+    #[error("store i/o error: {0}")]
+    Backend(String),
+    /// A stored record did not decode.
+    #[error("corrupt record under key {key}: {reason}")]
+    Corrupt {
+        /// The key, printable.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The store was closed (the service is shutting down).
+    #[error("store is closed")]
+    Closed,
+}
+
+/// One atomic group of writes: every put and delete lands, or none does.
+#[derive(Debug, Default, Clone)]
+pub struct WriteBatch {
+    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push((key, Some(value)));
+    }
+    /// Removes `key`.
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.ops.push((key, None));
+    }
+    /// Number of writes in the batch.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+    /// True if the batch holds no write.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// A boxed future of a flush.
+pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
+
+/// The store the namespace is kept in.
+pub trait MetaStore: Send + Sync {
+    /// The value of `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Every `(key, value)` whose key starts with `prefix`, in key order.
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    /// Applies the batch atomically (not yet durable: see [`MetaStore::flush`]).
+    fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
+    /// Makes every write applied before the call durable (fsync).
+    fn flush(&self) -> FlushFuture<'_>;
+    /// Flushes and releases the store (file lock included); later calls fail with `Closed`.
+    fn close(&self) -> Result<(), StoreError>;
+}
+
+/// [`MetaStore`] on a sled database.
+pub struct SledStore {
+    db: Mutex<Option<sled::Db>>,
+    path: PathBuf,
+}
+
+/// How long `open` keeps retrying while another handle in this process still holds the lock
+/// (sled's thread pool may hold the database for a moment after it was closed).
+const LOCK_RETRY: Duration = Duration::from_secs(5);
+
+impl SledStore {
+    /// Opens (or creates) the database in `dir`.
+    pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        let deadline = Instant::now() + LOCK_RETRY;
+        loop {
+            let res = sled::Config::new()
+                .path(dir)
+                .flush_every_ms(None)
+                .cache_capacity(64 * 1024 * 1024)
+                .open();
+            match res {
+                Ok(db) => {
+                    return Ok(SledStore {
+                        db: Mutex::new(Some(db)),
+                        path: dir.to_path_buf(),
+                    })
+                }
+                Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(StoreError::Backend(e.to_string())),
+            }
+        }
+    }
+
+    /// A store in a temporary directory removed on close (tests).
+    pub fn temporary() -> Result<SledStore, StoreError> {
+        let db = sled::Config::new()
+            .temporary(true)
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(SledStore {
+            db: Mutex::new(Some(db)),
+            path: PathBuf::new(),
+        })
+    }
+
+    /// The directory of the database.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn db(&self) -> Result<sled::Db, StoreError> {
+        let guard = self.db.lock().unwrap_or_else(|e| e.into_inner());
+        guard.clone().ok_or(StoreError::Closed)
+    }
+}
+
+fn is_lock_error(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+fn backend(e: sled::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl MetaStore for SledStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.db()?.get(key).map_err(backend)?.map(|v| v.to_vec()))
+    }
+
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        self.db()?
+            .scan_prefix(prefix)
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
+            .collect()
+    }
+
+    fn apply(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        let mut b = sled::Batch::default();
+        for (k, v) in batch.ops {
+            match v {
+                Some(v) => b.insert(k, v),
+                None => b.remove(k),
+            }
+        }
+        self.db()?.apply_batch(b).map_err(backend)
+    }
+
+    fn flush(&self) -> FlushFuture<'_> {
+        Box::pin(async move {
+            let db = self.db()?;
+            db.flush_async().await.map_err(backend)?;
+            Ok(())
+        })
+    }
+
+    fn close(&self) -> Result<(), StoreError> {
+        let db = self.db.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match db {
+            Some(db) => db.flush().map(|_| ()).map_err(backend),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_scan_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(b"a/2".to_vec(), b"two".to_vec());
+        b.put(b"a/1".to_vec(), b"one".to_vec());
+        b.put(b"b/1".to_vec(), b"other".to_vec());
+        store.apply(b).unwrap();
+        let mut b = WriteBatch::new();
+        b.delete(b"a/2".to_vec());
+        store.apply(b).unwrap();
+        store.close().unwrap();
+        assert!(matches!(store.get(b"a/1"), Err(StoreError::Closed)));
+
+        let store = SledStore::open(dir.path()).unwrap();
+        let rows = store.scan_prefix(b"a/").unwrap();
+        assert_eq!(rows, vec![(b"a/1".to_vec(), b"one".to_vec())]);
+        assert_eq!(store.get(b"b/1").unwrap(), Some(b"other".to_vec()));
+        store.close().unwrap();
+    }
+}
