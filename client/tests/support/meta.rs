@@ -228,6 +228,18 @@ impl ClientProtocol for FakeMeta {
 
     async fn stat(self, _: Context, path: String) -> Result<FileStatus, MetaError> {
         let st = self.st();
+        if path == "/" {
+            return Ok(FileStatus {
+                path,
+                kind: FileKind::Directory,
+                length: 0,
+                replication: 0,
+                block_size: 0,
+                modification_time_ms: 0,
+                under_construction: false,
+                block_count: 0,
+            });
+        }
         let f = st
             .files
             .get(&path)

@@ -1,0 +1,126 @@
+//! `sluice`: the command line of a Sluice cluster (like `hdfs dfs` and `hdfs dfsadmin`).
+//!
+//! The commands come in groups, one module each: [`dfs`] (files and directories) and
+//! [`admin`] (fsck, cluster report). A new group (e.g. `local`, `bench`) is a new module with
+//! its own `Subcommand` enum, flattened into [`Command`], plus one arm in [`run`].
+//!
+//! Errors are printed as one line, `sluice: <command>: <error>`, with exit code 1.
+
+#![allow(clippy::print_stdout)] // a command line prints its results
+
+mod admin;
+mod dfs;
+mod format;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use sluice_client::{ClientConfig, FileSystem};
+use sluice_common::config::SluiceConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Command line of a Sluice cluster.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice replicated block store: files, admin"
+)]
+struct Cli {
+    /// Metadata service RPC address (default: the config file's `client.metadata.address`,
+    /// else 127.0.0.1:8020).
+    #[arg(long, global = true, env = "SLUICE_METADATA", value_name = "HOST:PORT")]
+    metadata: Option<String>,
+    /// Configuration file (its `[client]` section is used); `SLUICE_CLIENT__<KEY>` variables
+    /// override it.
+    #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Every command, grouped by module.
+#[derive(Debug, Subcommand)]
+enum Command {
+    #[command(flatten)]
+    Dfs(dfs::DfsCommand),
+    #[command(flatten)]
+    Admin(admin::AdminCommand),
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Dfs(c) => c.name(),
+            Command::Admin(c) => c.name(),
+        }
+    }
+}
+
+/// What every command may use: the configuration and a way to connect.
+pub struct Globals {
+    /// The client configuration (file, environment, then `--metadata`).
+    pub config: ClientConfig,
+}
+
+impl Globals {
+    fn load(cli: &Cli) -> anyhow::Result<Globals> {
+        let all = SluiceConfig::load(cli.config.as_deref()).context("loading the configuration")?;
+        let mut config = all.client;
+        if let Some(addr) = &cli.metadata {
+            config.metadata_address = addr.clone();
+        }
+        Ok(Globals { config })
+    }
+
+    /// Connects to the metadata service.
+    pub async fn connect(&self) -> anyhow::Result<FileSystem> {
+        Ok(FileSystem::connect(self.config.clone()).await?)
+    }
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    let globals = Globals::load(cli)?;
+    match &cli.command {
+        Command::Dfs(c) => dfs::run(c, &globals).await,
+        Command::Admin(c) => admin::run(c, &globals).await,
+    }
+}
+
+/// The error and its causes on one line, skipping causes its message already shows.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    sluice_common::telemetry::init("warn");
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(&cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sluice: {}: {}", cli.command.name(), one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
