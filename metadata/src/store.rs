@@ -60,6 +60,9 @@ impl WriteBatch {
     }
 }
 
+/// Key-value pairs in key order, as a prefix scan returns them.
+pub type KvPairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// A boxed future of a flush.
 pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>;
 
@@ -68,7 +71,7 @@ pub trait MetaStore: Send + Sync {
     /// The value of `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every `(key, value)` whose key starts with `prefix`, in key order.
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<KvPairs, StoreError>;
     /// Applies the batch atomically (not yet durable: see [`MetaStore::flush`]).
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
     /// Makes every write applied before the call durable (fsync).
@@ -149,7 +152,7 @@ impl MetaStore for SledStore {
         Ok(self.db()?.get(key).map_err(backend)?.map(|v| v.to_vec()))
     }
 
-    fn scan_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan_prefix(&self, prefix: &[u8]) -> Result<KvPairs, StoreError> {
         self.db()?
             .scan_prefix(prefix)
             .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
