@@ -105,7 +105,8 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    sluice_common::telemetry::init("warn");
+    // Only errors by default, so that a failure is one line on stderr; RUST_LOG shows more.
+    sluice_common::telemetry::init("error");
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
