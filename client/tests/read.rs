@@ -259,3 +259,21 @@ async fn opening_a_missing_file_is_a_matchable_meta_error() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_stream_dropped_after_progress_is_reopened_on_the_same_replica() {
+    within(20, async {
+        let dn = start_dn("only").await;
+        let meta = start_meta(vec![]).await;
+        let data = bytes(4000, 12);
+        seed_file(&meta, "/cut", &[(&data, &[&dn])]);
+        dn.st().cut_stream_after = Some(2);
+        let fs = connect(config(&meta)).await;
+        let mut r = fs.open("/cut").await.unwrap();
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        assert!(got == data);
+        assert_eq!(dn.st().read_ops, 2, "reopened once at the current offset");
+    })
+    .await;
+}

@@ -12,6 +12,7 @@ pub(crate) struct ChunkReader {
     conn: DnConnection,
     node: DatanodeId,
     block: ExtendedBlock,
+    served: u64,
 }
 
 /// One chunk's answer.
@@ -34,12 +35,18 @@ impl ChunkReader {
             conn: DnConnection::connect(node, settings).await?,
             node: node.clone(),
             block,
+            served: 0,
         })
     }
 
     /// The DataNode.
     pub(crate) fn node(&self) -> &DatanodeId {
         &self.node
+    }
+
+    /// Chunks this connection has served.
+    pub(crate) fn served(&self) -> u64 {
+        self.served
     }
 
     /// Reads `[offset, offset + length)` (the DataNode clamps it to its visible length).
@@ -67,6 +74,7 @@ impl ChunkReader {
             let reason = format!("chunk at {} does not hold offset {offset}", h.offset);
             return Err(ClientError::protocol(self.conn.node(), reason));
         }
+        self.served += 1;
         Ok(ChunkData {
             start: h.offset,
             data,

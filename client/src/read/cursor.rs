@@ -128,6 +128,13 @@ impl Cursor {
                 self.replica_failed(lb, node, e).await;
                 Ok(false)
             }
+            Wait::Failed(e) if s.progressed() && is_connection_loss(&e) => {
+                // A DataNode may drop a stream the reader paused for long: after progress,
+                // a lost connection is retried on the same replica (progress bounds it).
+                debug!(block = %lb.block.id, node = %s.node(), error = %e, "stream lost; reopening");
+                self.source = Source::None;
+                Ok(false)
+            }
             Wait::Failed(e) => {
                 let node = s.node().clone();
                 self.replica_failed(lb, node, e).await;
@@ -169,6 +176,12 @@ impl Cursor {
             Err(e) => Err(e),
         };
         if let Err(e) = outcome {
+            if reader.served() > 0 && is_connection_loss(&e) {
+                // The kept-open connection went stale: reconnect to the same replica.
+                debug!(block = %lb.block.id, node = %reader.node(), error = %e, "chunk connection lost; reconnecting");
+                self.source = Source::None;
+                return Ok(false);
+            }
             let node = reader.node().clone();
             self.replica_failed(lb, node, e).await;
         }
@@ -200,6 +213,14 @@ impl Cursor {
         }
         self.last_error = Some(e);
     }
+}
+
+/// A dropped connection (not a timeout, not bad data, not an error status).
+fn is_connection_loss(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Closed { .. } | ClientError::DatanodeIo { .. }
+    )
 }
 
 fn short_error(lb: &LocatedBlock, node: &DatanodeId, end: u64, bpos: u64) -> ClientError {

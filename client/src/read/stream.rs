@@ -45,6 +45,8 @@ pub(crate) enum Wait {
 
 struct StreamState {
     buf: ReadBuffer,
+    /// At least one chunk arrived.
+    progressed: bool,
     /// `Ok(end)`: the stream finished at block offset `end`; `Err`: it failed.
     end: Option<Result<u64, ClientError>>,
 }
@@ -83,6 +85,7 @@ impl BlockStream {
         let shared = Arc::new(Shared {
             state: Mutex::new(StreamState {
                 buf: ReadBuffer::new(offset, params.buffer_bytes),
+                progressed: false,
                 end: None,
             }),
             data: Notify::new(),
@@ -111,6 +114,11 @@ impl BlockStream {
     /// The DataNode serving this stream.
     pub(crate) fn node(&self) -> &DatanodeId {
         &self.node
+    }
+
+    /// True once the stream delivered at least one chunk.
+    pub(crate) fn progressed(&self) -> bool {
+        self.shared.lock().progressed
     }
 
     /// Copies buffered bytes at block offset `pos` into `out` and releases them; 0 when `pos`
@@ -203,7 +211,11 @@ async fn fetch_inner(
                 let data = chunk_data(&h, frame.payload, block.id, conn.node(), params.verify)?;
                 check_order(&h, next, offset, conn.node())?;
                 next = Some(h.offset + data.len() as u64);
-                let pushed = shared.lock().buf.push(h.offset, data);
+                let pushed = {
+                    let mut st = shared.lock();
+                    st.progressed = true;
+                    st.buf.push(h.offset, data)
+                };
                 if let Err(gap) = pushed {
                     let reason =
                         format!("chunk at {} after data ending at {}", gap.got, gap.expected);

@@ -30,6 +30,8 @@ pub struct DnState {
     pub fail_ack: Option<(i64, usize, Status)>,
     /// Refuse WriteBlock set-up with this status and first_bad_link.
     pub refuse_setup: Option<(Status, Option<String>)>,
+    /// Close the next ReadBlock connection after this many chunks (once).
+    pub cut_stream_after: Option<usize>,
     /// Never send acks.
     pub stall_acks: bool,
     /// Every packet header received.
@@ -303,7 +305,12 @@ async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Opt
     };
     let end = (r.offset + r.length).min(visible);
     let mut at = r.offset / u64::from(BPC) * u64::from(BPC);
+    let mut cut = st.lock().unwrap().cut_stream_after.take();
     while at < end {
+        if cut == Some(0) {
+            return None; // drop the connection mid-stream
+        }
+        cut = cut.map(|c| c - 1);
         let to = (at + piece).min(end);
         conn.send(chunk_frame(&data, at, to, corrupt)).await.ok()?;
         at = to;
