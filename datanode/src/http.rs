@@ -1,0 +1,84 @@
+//! The DataNode's HTTP endpoint (actix-web, one worker, signals off): `/health`, `/status`
+//! (JSON: node id, volumes, replicas by state, active transfers, registration) and `/metrics`
+//! (Prometheus text).
+
+use crate::context::Ctx;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Serialize)]
+struct VolumeStatus {
+    dir: String,
+    capacity: u64,
+    remaining: u64,
+    used: u64,
+}
+
+#[derive(Serialize)]
+struct Status {
+    node_id: String,
+    data_addr: String,
+    http_addr: String,
+    registered: bool,
+    volumes: Vec<VolumeStatus>,
+    replicas: BTreeMap<String, u64>,
+    active_transfers: i64,
+}
+
+async fn health() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+async fn status(ctx: web::Data<Ctx>) -> HttpResponse {
+    let volumes = ctx
+        .dataset
+        .volumes()
+        .volumes()
+        .iter()
+        .map(|v| {
+            let s = v.space().unwrap_or_default();
+            VolumeStatus {
+                dir: v.root.display().to_string(),
+                capacity: s.capacity,
+                remaining: s.remaining,
+                used: ctx.dataset.used_on(v.index),
+            }
+        })
+        .collect();
+    HttpResponse::Ok().json(Status {
+        node_id: ctx.node_id.0.clone(),
+        data_addr: ctx.id.data_addr.clone(),
+        http_addr: ctx.id.http_addr.clone(),
+        registered: ctx.is_registered(),
+        volumes,
+        replicas: ctx.dataset.counts(),
+        active_transfers: ctx.metrics.active_transfers.get(),
+    })
+}
+
+async fn metrics(ctx: web::Data<Ctx>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(ctx.metrics.render())
+}
+
+/// Builds the server on an already bound listener; the caller spawns and stops it.
+pub(crate) fn server(
+    ctx: Ctx,
+    listener: std::net::TcpListener,
+) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::new(ctx);
+    Ok(HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/health", web::get().to(health))
+            .route("/status", web::get().to(status))
+            .route("/metrics", web::get().to(metrics))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run())
+}

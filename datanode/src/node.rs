@@ -1,0 +1,259 @@
+//! The `DataNode`: start-up (volumes, listeners, actor system, heartbeat), graceful stop and
+//! kill.
+//!
+//! Start order: validate the config → open and scan the volumes (node id from `VERSION`) →
+//! bind the data and HTTP ports → start the actor system thread → serve data transfer, HTTP and
+//! the heartbeat loop (which registers in the background: the data path works before it).
+//! Graceful stop (`shutdown` cancelled, then [`DataNode::wait`]): the listener closes, each
+//! connection ends at its next step (writers flush what they received, replicas stay in
+//! `rbw/`), pending replica events are sent if the metadata service answers, HTTP stops, then
+//! the actor system and its thread. [`DataNode::kill`] drops everything without flushing.
+
+use crate::actors::ActorSystem;
+use crate::context::{Ctx, NodeContext};
+use crate::error::{DatanodeError, Result};
+use crate::failpoint::FailScope;
+use crate::heartbeat;
+use crate::heartbeat::queue::EventQueue;
+use crate::metrics::Metrics;
+use crate::server;
+use crate::storage::dataset::Dataset;
+use sluice_common::config::DatanodeConfig;
+use sluice_common::{DatanodeId, NodeId};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A running DataNode.
+#[derive(Debug)]
+pub struct DataNode {
+    ctx: Ctx,
+    data_addr: SocketAddr,
+    http_addr: SocketAddr,
+    actors: ActorSystem,
+    tracker: TaskTracker,
+    accept: JoinHandle<()>,
+    heartbeat: JoinHandle<()>,
+    http: actix_web::dev::ServerHandle,
+    http_task: JoinHandle<std::io::Result<()>>,
+}
+
+impl DataNode {
+    /// Scans/creates the volumes, binds the data port (`bind.host:port`) and HTTP port (port 0
+    /// = any free port), starts the actix actor system on its own thread, registers with the
+    /// metadata service in the background (retrying with backoff while it is unreachable — the
+    /// data path works before registration), and serves. Call inside a multi-thread tokio
+    /// runtime.
+    pub async fn start(cfg: DatanodeConfig, shutdown: CancellationToken) -> Result<DataNode> {
+        cfg.validate()?;
+        let metrics = Arc::new(Metrics::default());
+        let dirs = cfg.data_dirs.0.clone();
+        let m = metrics.clone();
+        let dataset = tokio::task::spawn_blocking(move || Dataset::open(&dirs, m))
+            .await
+            .map_err(|_| DatanodeError::ShuttingDown)??;
+        let node_id = dataset.node_id().clone();
+        let bind = format!("{}:{}", bracket(&cfg.bind_host), cfg.port);
+        let listener = TcpListener::bind(&bind)
+            .await
+            .map_err(|source| DatanodeError::Bind {
+                addr: bind.clone(),
+                source,
+            })?;
+        let data_addr = listener
+            .local_addr()
+            .map_err(|e| DatanodeError::io("local_addr", &bind, e))?;
+        let http_bind = format!("{}:{}", bracket(&cfg.bind_host), cfg.http_port);
+        let http_listener =
+            std::net::TcpListener::bind(&http_bind).map_err(|source| DatanodeError::Bind {
+                addr: http_bind.clone(),
+                source,
+            })?;
+        let http_addr = http_listener
+            .local_addr()
+            .map_err(|e| DatanodeError::io("local_addr", &http_bind, e))?;
+        let actors = ActorSystem::start(&format!("dn-actors-{}", data_addr.port()))?;
+        let id = advertised_id(&cfg, &node_id, data_addr, http_addr);
+        let ctx = Arc::new(NodeContext {
+            scope: FailScope::new(data_addr.port(), &node_id.0),
+            cfg,
+            node_id,
+            id,
+            dataset: Arc::new(dataset),
+            metrics,
+            arbiter: actors.arbiter(),
+            io: tokio::runtime::Handle::current(),
+            events: Arc::new(EventQueue::default()),
+            shutdown,
+            kill: CancellationToken::new(),
+            registered: AtomicBool::new(false),
+        });
+        let tracker = TaskTracker::new();
+        let accept = tokio::spawn(server::run(ctx.clone(), listener, tracker.clone()));
+        let heartbeat = tokio::spawn(heartbeat::run(ctx.clone(), tracker.clone()));
+        let server = crate::http::server(ctx.clone(), http_listener).map_err(|source| {
+            DatanodeError::Bind {
+                addr: http_bind,
+                source,
+            }
+        })?;
+        let http = server.handle();
+        let http_task = tokio::spawn(server);
+        tracing::info!(node = %ctx.node_id, %data_addr, %http_addr, advertised = %ctx.id, "DataNode started");
+        Ok(DataNode {
+            ctx,
+            data_addr,
+            http_addr,
+            actors,
+            tracker,
+            accept,
+            heartbeat,
+            http,
+            http_task,
+        })
+    }
+
+    /// The node id stored in the volumes.
+    pub fn node_id(&self) -> &NodeId {
+        &self.ctx.node_id
+    }
+
+    /// The bound data-transfer address.
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_addr
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The identity registered with the metadata service (advertised addresses).
+    pub fn datanode_id(&self) -> DatanodeId {
+        self.ctx.id.clone()
+    }
+
+    /// The node's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.ctx.metrics.clone()
+    }
+
+    /// After `shutdown` is cancelled: waits until connections, actors and the actor thread
+    /// have ended, writers having flushed what they received (graceful stop).
+    pub async fn wait(self) {
+        self.ctx.shutdown.cancelled().await;
+        let _ = self.accept.await;
+        self.tracker.close();
+        self.tracker.wait().await;
+        let _ = self.heartbeat.await;
+        self.http.stop(true).await;
+        let _ = self.http_task.await;
+        self.actors.stop_and_join().await;
+        tracing::info!(node = %self.ctx.node_id, "DataNode stopped");
+    }
+
+    /// Abrupt stop, as close to a crash as in-process allows: tasks and the actor system are
+    /// dropped without flushing or finalizing; files stay as they are on disk. Listeners close
+    /// as their tasks are dropped, which happens shortly after this returns.
+    pub fn kill(self) {
+        tracing::warn!(node = %self.ctx.node_id, "DataNode killed");
+        self.ctx.kill.cancel();
+        self.accept.abort();
+        self.heartbeat.abort();
+        self.actors.stop();
+        let http = self.http.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { http.stop(false).await });
+        }
+    }
+}
+
+/// `[v6]` for IPv6 literals in `host:port` strings.
+fn bracket(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+/// The advertised identity: `advertised.host`, else a specific `bind.host`, else the machine's
+/// host name; `advertised.port`, else the bound port.
+fn advertised_id(
+    cfg: &DatanodeConfig,
+    node_id: &NodeId,
+    data: SocketAddr,
+    http: SocketAddr,
+) -> DatanodeId {
+    let host = if !cfg.advertised_host.is_empty() {
+        cfg.advertised_host.clone()
+    } else if is_specific(&cfg.bind_host) {
+        cfg.bind_host.clone()
+    } else {
+        host_name().unwrap_or_else(|| "localhost".into())
+    };
+    let port = if cfg.advertised_port != 0 {
+        cfg.advertised_port
+    } else {
+        data.port()
+    };
+    let host = bracket(&host);
+    DatanodeId {
+        node_id: node_id.clone(),
+        data_addr: format!("{host}:{port}"),
+        http_addr: format!("{host}:{}", http.port()),
+        rack: cfg.rack.clone(),
+    }
+}
+
+fn is_specific(host: &str) -> bool {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => !ip.is_unspecified(),
+        Err(_) => !host.is_empty(),
+    }
+}
+
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what we pass.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_address_prefers_config_then_specific_bind() {
+        let mut cfg = DatanodeConfig::default();
+        let id = NodeId("dn-1".into());
+        let (d, h): (SocketAddr, SocketAddr) = (
+            "0.0.0.0:4000".parse().unwrap(),
+            "0.0.0.0:4001".parse().unwrap(),
+        );
+        cfg.bind_host = "127.0.0.1".into();
+        assert_eq!(advertised_id(&cfg, &id, d, h).data_addr, "127.0.0.1:4000");
+        cfg.advertised_host = "dn1.example".into();
+        cfg.advertised_port = 9866;
+        let a = advertised_id(&cfg, &id, d, h);
+        assert_eq!(
+            (a.data_addr.as_str(), a.http_addr.as_str()),
+            ("dn1.example:9866", "dn1.example:4001")
+        );
+        cfg.advertised_host.clear();
+        cfg.bind_host = "0.0.0.0".into();
+        assert!(!advertised_id(&cfg, &id, d, h)
+            .data_addr
+            .starts_with("0.0.0.0"));
+    }
+}

@@ -1,0 +1,117 @@
+//! DataNode-side prefetch for streaming reads: tell the kernel what comes next
+//! (`posix_fadvise(WILLNEED)` over the next `read.prefetch.bytes`), and, for reads longer than
+//! `read.ahead.cache.bytes.threshold`, drop the pages behind the reader
+//! (`posix_fadvise(DONTNEED)`) so that one streaming reader does not push hot data out of the
+//! page cache. Advice is issued in steps of at least a piece, never once per chunk.
+//!
+//! This is the hook the streaming-read work builds on; failures of advice are ignored (it is a
+//! hint, never a correctness matter).
+
+use crate::metrics::Metrics;
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+
+/// Prefetch and drop-behind state of one streaming read.
+#[derive(Debug, Clone)]
+pub struct Prefetcher {
+    window: u64,
+    step: u64,
+    drop_behind: bool,
+    advised_to: u64,
+    dropped_to: u64,
+    end: u64,
+}
+
+impl Prefetcher {
+    /// For a read of `[start, end)`: advise `window` bytes ahead (0: off) in steps of `step`;
+    /// drop pages behind when the read is longer than `drop_threshold`.
+    pub fn new(start: u64, end: u64, window: u64, step: u64, drop_threshold: u64) -> Self {
+        Prefetcher {
+            window,
+            step: step.max(1),
+            drop_behind: end - start > drop_threshold,
+            advised_to: start,
+            dropped_to: start,
+            end,
+        }
+    }
+
+    /// The range to advise WILLNEED before reading at `pos`, if one is due.
+    pub fn ahead(&mut self, pos: u64) -> Option<(u64, u64)> {
+        if self.window == 0 {
+            return None;
+        }
+        let want = (pos + self.window).min(self.end);
+        if want <= self.advised_to || (want - self.advised_to < self.step && want < self.end) {
+            return None;
+        }
+        let from = self.advised_to.max(pos);
+        self.advised_to = want;
+        Some((from, want - from))
+    }
+
+    /// The range to advise DONTNEED after everything before `pos` was read, if one is due.
+    pub fn behind(&mut self, pos: u64) -> Option<(u64, u64)> {
+        if !self.drop_behind || pos <= self.dropped_to {
+            return None;
+        }
+        if pos - self.dropped_to < self.step && pos < self.end {
+            return None;
+        }
+        let from = self.dropped_to;
+        self.dropped_to = pos;
+        Some((from, pos - from))
+    }
+
+    /// Issues the advice due before reading at `pos`.
+    pub fn before_read(&mut self, file: &File, pos: u64, metrics: &Metrics) {
+        if let Some((off, len)) = self.ahead(pos) {
+            advise(file, off, len, libc::POSIX_FADV_WILLNEED);
+            metrics.prefetch_advised_bytes.add(len);
+        }
+    }
+
+    /// Issues the advice due once everything before `pos` was read.
+    pub fn after_read(&mut self, file: &File, pos: u64, metrics: &Metrics) {
+        if let Some((off, len)) = self.behind(pos) {
+            advise(file, off, len, libc::POSIX_FADV_DONTNEED);
+            metrics.dropbehind_bytes.add(len);
+        }
+    }
+}
+
+fn advise(file: &File, off: u64, len: u64, advice: libc::c_int) {
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(off), libc::off_t::try_from(len)) else {
+        return;
+    };
+    // SAFETY: the fd is valid for the life of `file`; fadvise only reads its arguments.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, advice) };
+    if rc != 0 {
+        tracing::debug!(rc, "posix_fadvise failed (ignored)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advises_ahead_in_steps_and_drops_behind_long_reads() {
+        let mb = 1 << 20;
+        let mut p = Prefetcher::new(0, 10 * mb, 4 * mb, mb, 256 * 1024);
+        assert_eq!(p.ahead(0), Some((0, 4 * mb)));
+        assert_eq!(p.ahead(mb / 2), None, "less than a step new");
+        assert_eq!(p.ahead(mb), Some((4 * mb, mb)));
+        assert_eq!(
+            p.ahead(9 * mb),
+            Some((9 * mb, mb)),
+            "from the reader on, clamped to the end"
+        );
+        assert_eq!(p.ahead(10 * mb), None);
+        assert_eq!(p.behind(mb), Some((0, mb)));
+        assert_eq!(p.behind(mb + 10), None);
+        let mut short = Prefetcher::new(0, 1000, 0, 512, 256 * 1024);
+        assert_eq!(short.ahead(0), None, "window 0 turns prefetch off");
+        assert_eq!(short.behind(1000), None, "short reads keep their pages");
+    }
+}

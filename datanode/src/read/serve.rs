@@ -1,0 +1,213 @@
+//! The read ops on a connection: `ReadBlock` (streaming, through a [`BlockReader`] actor),
+//! `ReadChunk` (classic, one chunk per request) and `ReplicaInfo`. Each answers on the
+//! connection and leaves it open for the next op; an `Err` means the connection itself failed.
+//!
+//! Checks, per protocol.md: no replica → `ERROR_NOT_FOUND`; the request's generation stamp
+//! newer than the replica's → `ERROR_STALE_GENSTAMP`; offset at or past the visible length →
+//! `ERROR_OUT_OF_RANGE`, at once. The range starts at the chunk holding `offset` and ends at
+//! `min(offset + length, visible length)`.
+
+use super::prefetch::Prefetcher;
+use super::range::{read_piece, Piece};
+use super::reader::{BlockReader, PieceSource};
+use crate::context::Ctx;
+use crate::error::{DatanodeError, Result};
+use crate::storage::dataset::ReadReplica;
+use crate::wire::{self, FrameWriter};
+use actix::Actor;
+use bytes::Bytes;
+use sluice_common::checksum;
+use sluice_common::proto::{
+    ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfoOp,
+    ReplicaState,
+};
+use sluice_common::{ExtendedBlock, Status};
+use tokio::sync::mpsc;
+
+/// Room for a frame's prefix and header beside its payload.
+const FRAME_SLACK: u64 = 4096;
+/// Pieces read ahead of the one on the wire, at most.
+const MAX_WINDOW_PIECES: u64 = 4;
+
+/// A replica opened for a read, and the range to send.
+struct ReadPlan {
+    replica: ReadReplica,
+    start: u64,
+    end: u64,
+    response: OpResponse,
+}
+
+async fn plan(ctx: &Ctx, block: ExtendedBlock, offset: u64, length: u64) -> Result<ReadPlan> {
+    let ds = ctx.dataset.clone();
+    let id = block.id;
+    let replica = ctx.blocking(move || ds.open_read(id)).await?;
+    let e = &replica.entry;
+    if e.state == ReplicaState::Temporary {
+        return Err(DatanodeError::ReplicaNotFound { block: id });
+    }
+    if e.gen_stamp < block.gen_stamp {
+        return Err(DatanodeError::StaleGenStamp {
+            block: id,
+            requested: block.gen_stamp,
+            have: e.gen_stamp,
+        });
+    }
+    let info = e.info();
+    let visible = info.block.num_bytes;
+    if offset >= visible {
+        return Err(DatanodeError::OutOfRange {
+            block: id,
+            offset,
+            visible,
+        });
+    }
+    let bpc = e.bytes_per_checksum as u64;
+    let mut response = OpResponse::ok();
+    response.replica = Some(info);
+    Ok(ReadPlan {
+        start: offset / bpc * bpc,
+        end: offset.saturating_add(length).min(visible),
+        replica,
+        response,
+    })
+}
+
+async fn refuse(ctx: &Ctx, w: &mut FrameWriter, e: &DatanodeError) -> Result<()> {
+    tracing::debug!("read refused: {e}");
+    ctx.metrics.op_errors.inc();
+    wire::respond(w, wire::error_response(e), ctx.socket_timeout()).await
+}
+
+async fn send_piece(ctx: &Ctx, w: &mut FrameWriter, p: &Piece, bpc: u32) -> Result<()> {
+    let header = ChunkHeader {
+        offset: p.offset,
+        data_len: p.data.len() as u32,
+        bytes_per_checksum: bpc,
+    };
+    wire::send(w, Message::Chunk(header), p.payload(), ctx.socket_timeout()).await?;
+    ctx.metrics.bytes_read.add(p.data.len() as u64);
+    Ok(())
+}
+
+/// The data bytes per piece: asked (0: configured), a multiple of `bpc`, fitting a frame.
+fn piece_size(ctx: &Ctx, asked: u32, bpc: u64) -> u64 {
+    let want = if asked == 0 {
+        ctx.cfg.read_piece_bytes.bytes()
+    } else {
+        asked as u64
+    };
+    let max_data = ctx.cfg.max_frame_bytes.bytes().saturating_sub(FRAME_SLACK) * bpc / (bpc + 4);
+    (want.min(max_data) / bpc * bpc).max(bpc)
+}
+
+/// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
+pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) -> Result<()> {
+    ctx.metrics.read_block_ops.inc();
+    let plan = match plan(ctx, op.block, op.offset, op.length).await {
+        Ok(p) => p,
+        Err(e) => return refuse(ctx, w, &e).await,
+    };
+    let t = ctx.socket_timeout();
+    wire::respond(w, plan.response.clone(), t).await?;
+    let bpc32 = plan.replica.entry.bytes_per_checksum;
+    let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
+    let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
+    let window = (prefetch_bytes / piece).clamp(1, MAX_WINDOW_PIECES) as usize;
+    let prefetch = Prefetcher::new(
+        plan.start,
+        plan.end,
+        prefetch_bytes,
+        piece,
+        ctx.cfg.read_ahead_cache_threshold.bytes(),
+    );
+    let source = PieceSource::new(
+        plan.replica,
+        plan.start,
+        plan.end,
+        piece,
+        prefetch,
+        ctx.metrics.clone(),
+    );
+    let (tx, mut rx) = mpsc::channel(window);
+    let io = ctx.io.clone();
+    let _reader =
+        BlockReader::start_in_arbiter(&ctx.arbiter, move |_| BlockReader::new(source, tx, io));
+    let end = loop {
+        let next = tokio::select! {
+            biased;
+            _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
+            _ = ctx.shutdown.cancelled() => Some(Err(DatanodeError::ShuttingDown)),
+            p = rx.recv() => p,
+        };
+        match next {
+            None => {
+                break ReadEnd {
+                    status: Status::Success,
+                    message: String::new(),
+                }
+            }
+            Some(Ok(p)) => {
+                send_piece(ctx, w, &p, bpc32).await?;
+                ctx.metrics.pieces_sent.inc();
+            }
+            Some(Err(e)) => {
+                tracing::warn!(block = %op.block.id, "streaming read failed: {e}");
+                break ReadEnd {
+                    status: e.status(),
+                    message: e.to_string(),
+                };
+            }
+        }
+    };
+    wire::send(w, Message::ReadEnd(end), Bytes::new(), t).await
+}
+
+/// `ReadChunk`: `OpResponse`, then one `Chunk`.
+pub(crate) async fn read_chunk(ctx: &Ctx, op: ReadChunkOp, w: &mut FrameWriter) -> Result<()> {
+    ctx.metrics.read_chunk_ops.inc();
+    let plan = match plan(ctx, op.block, op.offset, op.length).await {
+        Ok(p) => p,
+        Err(e) => return refuse(ctx, w, &e).await,
+    };
+    let bpc = plan.replica.entry.bytes_per_checksum;
+    let len = plan.end - plan.start;
+    let frame = len + checksum::checksum_len(len as usize, bpc) as u64 + FRAME_SLACK;
+    if frame > ctx.cfg.max_frame_bytes.bytes() {
+        let e = DatanodeError::invalid(format!(
+            "a chunk of {len} bytes does not fit max.frame.bytes ({})",
+            ctx.cfg.max_frame_bytes
+        ));
+        return refuse(ctx, w, &e).await;
+    }
+    let (start, response) = (plan.start, plan.response);
+    let replica = plan.replica;
+    let stored = replica.entry.live.bytes_on_disk();
+    let piece = match ctx
+        .blocking(move || read_piece(&replica, start, len as usize, stored))
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => return refuse(ctx, w, &e).await,
+    };
+    wire::respond(w, response, ctx.socket_timeout()).await?;
+    send_piece(ctx, w, &piece, bpc).await?;
+    ctx.metrics.chunks_sent.inc();
+    Ok(())
+}
+
+/// `ReplicaInfo`: the replica's state, generation stamp and visible length.
+pub(crate) async fn replica_info(ctx: &Ctx, op: ReplicaInfoOp, w: &mut FrameWriter) -> Result<()> {
+    ctx.metrics.replica_info_ops.inc();
+    let resp = match ctx.dataset.get(op.block.id) {
+        Some(e) if e.state != ReplicaState::Temporary => {
+            let mut r = OpResponse::ok();
+            r.replica = Some(e.info());
+            r
+        }
+        _ => {
+            ctx.metrics.op_errors.inc();
+            wire::error_response(&DatanodeError::ReplicaNotFound { block: op.block.id })
+        }
+    };
+    wire::respond(w, resp, ctx.socket_timeout()).await
+}

@@ -1,0 +1,520 @@
+//! The dataset: volumes plus the replica map, and every durable replica state change.
+//!
+//! All methods here block on disk I/O: call them from `spawn_blocking`, never from an actor
+//! thread. State changes are serialised by one dataset lock (HDFS's `FsDatasetImpl` lock); data
+//! writes do not take it. Crash-safety order of each change:
+//!
+//! - **create** (Rbw or Temporary): choose a volume → create `blk_<id>` and
+//!   `blk_<id>_<gs>.meta` (header) in `rbw/` or `tmp/` → fsync the directory → insert into the
+//!   map. A crash before any ack loses nothing acknowledged; a crash after leaves an Rbw replica
+//!   that the scan turns into Rwr.
+//! - **finalize** (Rbw → Finalized, Temporary → Finalized/Rbw): the writer has drained its sink
+//!   and, with `sync.on.close`, fdatasynced block and meta → rename the meta file, then the block
+//!   file, into `finalized/subdirN/` → fsync the destination and source directories → update the
+//!   map → the caller reports `Received`. A crash between the two renames leaves the meta file in
+//!   `finalized/` and the block file in `rbw/`: the scan completes the move (roll forward).
+//! - **recover** (new generation stamp): stop the old writer → truncate the block file to the
+//!   acknowledged length and the meta file to its checksums, recomputing a partial last chunk's
+//!   checksum → fdatasync both → rename the meta file to the new generation stamp → fsync the
+//!   directory → update the map. Either meta name survives a crash; both describe the data.
+//! - **delete**: remove from the map (readers stop finding it) → unlink meta and block files.
+//!   A crash before the unlink brings the replica back in the next report, and the metadata
+//!   service deletes it again.
+
+use super::layout;
+use super::meta::{self, MetaHeader, MAX_BYTES_PER_CHECKSUM};
+use super::replica::{transition, ReplicaEntry, ReplicaLive, Transition};
+use super::scan;
+use super::volume::{Space, VolumeSet};
+use crate::error::{DatanodeError, IoContext, Result};
+use crate::metrics::Metrics;
+use dashmap::DashMap;
+use sluice_common::proto::{BlockStage, ReplicaState};
+use sluice_common::rpc::ReplicaReport;
+use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, NodeId};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Free bytes a volume needs to take a new replica.
+const MIN_FREE_FOR_NEW_REPLICA: u64 = 1024 * 1024;
+
+/// A replica opened for writing: its map entry and its two files.
+#[derive(Debug)]
+pub struct OpenReplica {
+    /// The map entry (shares its live lengths with the map).
+    pub entry: ReplicaEntry,
+    /// The block file, read-write.
+    pub block: File,
+    /// The metadata file, read-write.
+    pub meta: File,
+    /// The metadata header.
+    pub header: MetaHeader,
+}
+
+/// A replica opened for reading.
+#[derive(Debug)]
+pub struct ReadReplica {
+    /// The map entry when it was opened.
+    pub entry: ReplicaEntry,
+    /// The block file.
+    pub block: File,
+    /// The metadata file.
+    pub meta: File,
+    /// Its path (for errors).
+    pub meta_path: PathBuf,
+    /// Its path (for errors).
+    pub block_path: PathBuf,
+}
+
+/// Space figures of the whole node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeSpace {
+    /// Total bytes of the volumes' file systems.
+    pub capacity: u64,
+    /// Bytes held by replicas.
+    pub used: u64,
+    /// Bytes free.
+    pub remaining: u64,
+}
+
+/// Volumes and replicas of one DataNode.
+#[derive(Debug)]
+pub struct Dataset {
+    volumes: VolumeSet,
+    map: DashMap<BlockId, ReplicaEntry>,
+    lock: Mutex<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl Dataset {
+    /// Opens the volumes and scans them for replicas.
+    pub fn open(dirs: &[PathBuf], metrics: Arc<Metrics>) -> Result<Dataset> {
+        let volumes = VolumeSet::open(dirs)?;
+        let map = DashMap::new();
+        for entry in scan::scan(&volumes, &metrics)? {
+            map.insert(entry.id, entry);
+        }
+        Ok(Dataset {
+            volumes,
+            map,
+            lock: Mutex::new(()),
+            metrics,
+        })
+    }
+
+    /// The node id stored in the volumes.
+    pub fn node_id(&self) -> &NodeId {
+        self.volumes.node_id()
+    }
+
+    /// The volumes.
+    pub fn volumes(&self) -> &VolumeSet {
+        &self.volumes
+    }
+
+    /// The replica of `id`, if any.
+    pub fn get(&self, id: BlockId) -> Option<ReplicaEntry> {
+        self.map.get(&id).map(|e| e.value().clone())
+    }
+
+    fn guard(&self) -> MutexGuard<'_, ()> {
+        // A panic while holding the lock cannot leave the map inconsistent (every change is
+        // one insert/remove), so a poisoned lock is taken over.
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a new replica: Rbw for `Create`, Temporary for transfers. An older replica of
+    /// the block (whose writer the caller has stopped) is replaced; a replica with the same or
+    /// a newer generation stamp is [`DatanodeError::ReplicaExists`].
+    pub fn create(
+        &self,
+        id: BlockId,
+        gs: GenerationStamp,
+        bpc: u32,
+        stage: BlockStage,
+    ) -> Result<OpenReplica> {
+        check_bpc(bpc)?;
+        let t = if stage.is_transfer() {
+            Transition::BeginTransfer
+        } else {
+            Transition::Create
+        };
+        let state = transition(None, t)
+            .ok_or_else(|| DatanodeError::invalid(format!("stage {stage:?} does not create")))?;
+        let _g = self.guard();
+        if let Some(old) = self.get(id) {
+            if old.gen_stamp >= gs {
+                return Err(DatanodeError::ReplicaExists {
+                    block: id,
+                    gen_stamp: old.gen_stamp,
+                    state: old.state,
+                });
+            }
+            tracing::info!(block = %id, old = %old.gen_stamp, new = %gs, "replacing an older replica");
+            self.remove_files(&old);
+            self.map.remove(&id);
+        }
+        let vol = self.volumes.choose(MIN_FREE_FOR_NEW_REPLICA)?;
+        let dir = match state {
+            ReplicaState::Temporary => layout::tmp_dir(&vol.root),
+            _ => layout::rbw_dir(&vol.root),
+        };
+        let entry = ReplicaEntry {
+            id,
+            gen_stamp: gs,
+            state,
+            volume: vol.index,
+            dir: dir.clone(),
+            bytes_per_checksum: bpc,
+            live: ReplicaLive::new(0, 0),
+        };
+        let header = MetaHeader {
+            bytes_per_checksum: bpc,
+        };
+        let (block, meta) = create_files(&entry, header)?;
+        layout::sync_dir(&dir)?;
+        self.map.insert(id, entry.clone());
+        self.metrics.replicas_created.inc();
+        Ok(OpenReplica {
+            entry,
+            block,
+            meta,
+            header,
+        })
+    }
+
+    /// Pipeline recovery: the replica must have `block.gen_stamp` (or already `latest`) and at
+    /// least `block.num_bytes` bytes; it is truncated to that length and takes `latest`. With
+    /// `close`, it is then finalized (CloseRecovery) and `None` is returned; otherwise the
+    /// replica is returned open for the packets that follow. The caller has stopped the old
+    /// writer.
+    pub fn recover(
+        &self,
+        block: ExtendedBlock,
+        latest: GenerationStamp,
+        close: bool,
+    ) -> Result<Option<OpenReplica>> {
+        let _g = self.guard();
+        let old = self
+            .get(block.id)
+            .ok_or(DatanodeError::ReplicaNotFound { block: block.id })?;
+        if old.gen_stamp < block.gen_stamp {
+            return Err(DatanodeError::StaleGenStamp {
+                block: block.id,
+                requested: block.gen_stamp,
+                have: old.gen_stamp,
+            });
+        }
+        if old.gen_stamp != block.gen_stamp && old.gen_stamp != latest {
+            return Err(DatanodeError::InvalidReplica {
+                block: block.id,
+                reason: format!(
+                    "generation stamp {} is newer than the recovery's {latest}",
+                    old.gen_stamp
+                ),
+            });
+        }
+        let t = if close {
+            Transition::RecoverClose
+        } else {
+            Transition::Recover
+        };
+        transition(Some(old.state), t).ok_or_else(|| DatanodeError::InvalidReplica {
+            block: block.id,
+            reason: format!("cannot {t:?} a {:?} replica", old.state),
+        })?;
+        if old.state == ReplicaState::Finalized {
+            return self.recover_finalized(old, block, latest).map(|()| None);
+        }
+        let on_disk = old.live.bytes_on_disk();
+        if on_disk < block.num_bytes {
+            return Err(DatanodeError::InvalidReplica {
+                block: block.id,
+                reason: format!(
+                    "holds {on_disk} bytes, fewer than the {} acknowledged",
+                    block.num_bytes
+                ),
+            });
+        }
+        let (block_file, meta_file, header) = open_rw(&old)?;
+        let (bp, mp) = (old.block_path(), old.meta_path());
+        meta::truncate_replica(&block_file, &bp, &meta_file, &mp, header, block.num_bytes)?;
+        block_file.sync_data().ctx("fdatasync", &bp)?;
+        meta_file.sync_data().ctx("fdatasync", &mp)?;
+        let mut entry = ReplicaEntry {
+            gen_stamp: latest,
+            state: ReplicaState::Rbw,
+            live: ReplicaLive::new(block.num_bytes, block.num_bytes),
+            ..old.clone()
+        };
+        if latest != old.gen_stamp {
+            std::fs::rename(&mp, entry.meta_path()).ctx("rename", &mp)?;
+            layout::sync_dir(&entry.dir)?;
+        }
+        self.map.insert(block.id, entry.clone());
+        if close {
+            // The truncation above was fdatasynced: the final length is durable.
+            drop((block_file, meta_file));
+            entry = self.move_to_finalized_locked(&entry)?;
+            entry.live.reset(block.num_bytes);
+            self.map.insert(block.id, entry);
+            return Ok(None);
+        }
+        Ok(Some(OpenReplica {
+            entry,
+            block: block_file,
+            meta: meta_file,
+            header,
+        }))
+    }
+
+    fn recover_finalized(
+        &self,
+        old: ReplicaEntry,
+        block: ExtendedBlock,
+        latest: GenerationStamp,
+    ) -> Result<()> {
+        let len = old.live.bytes_on_disk();
+        if len != block.num_bytes {
+            return Err(DatanodeError::InvalidReplica {
+                block: block.id,
+                reason: format!(
+                    "finalized with {len} bytes, not the {} asked",
+                    block.num_bytes
+                ),
+            });
+        }
+        if old.gen_stamp != latest {
+            let new = ReplicaEntry {
+                gen_stamp: latest,
+                ..old.clone()
+            };
+            std::fs::rename(old.meta_path(), new.meta_path()).ctx("rename", &old.meta_path())?;
+            layout::sync_dir(&new.dir)?;
+            self.map.insert(block.id, new);
+        }
+        Ok(())
+    }
+
+    /// Finalizes the replica whose writer holds `live`, at `len` bytes: Rbw → Finalized,
+    /// Temporary → Finalized or Rbw (per `stage`). The sink has been drained (and synced).
+    pub fn finalize(
+        &self,
+        id: BlockId,
+        live: &Arc<ReplicaLive>,
+        len: u64,
+        stage: BlockStage,
+    ) -> Result<ReplicaEntry> {
+        let _g = self.guard();
+        let cur = self
+            .get(id)
+            .filter(|e| Arc::ptr_eq(&e.live, live))
+            .ok_or_else(|| DatanodeError::InvalidReplica {
+                block: id,
+                reason: "the replica was replaced or deleted while being written".into(),
+            })?;
+        let t = match cur.state {
+            ReplicaState::Temporary => Transition::CompleteTransfer(stage),
+            _ => Transition::Finalize,
+        };
+        let to = transition(Some(cur.state), t).ok_or_else(|| DatanodeError::InvalidReplica {
+            block: id,
+            reason: format!("cannot {t:?} a {:?} replica", cur.state),
+        })?;
+        live.reset(len);
+        let entry = if to == ReplicaState::Finalized {
+            self.move_to_finalized_locked(&cur)?
+        } else {
+            self.move_to_locked(&cur, layout::rbw_dir(&self.volume_root(&cur)?), to)?
+        };
+        self.map.insert(id, entry.clone());
+        if to == ReplicaState::Finalized {
+            self.metrics.replicas_finalized.inc();
+        }
+        Ok(entry)
+    }
+
+    fn volume_root(&self, e: &ReplicaEntry) -> Result<PathBuf> {
+        self.volumes
+            .get(e.volume)
+            .map(|v| v.root.clone())
+            .ok_or_else(|| DatanodeError::invalid(format!("volume {} does not exist", e.volume)))
+    }
+
+    fn move_to_finalized_locked(&self, e: &ReplicaEntry) -> Result<ReplicaEntry> {
+        let dest = layout::finalized_subdir(&self.volume_root(e)?, e.id);
+        std::fs::create_dir_all(&dest).ctx("create directory", &dest)?;
+        self.move_to_locked(e, dest, ReplicaState::Finalized)
+    }
+
+    /// Renames meta then block file into `dest`, then fsyncs both directories.
+    fn move_to_locked(
+        &self,
+        e: &ReplicaEntry,
+        dest: PathBuf,
+        state: ReplicaState,
+    ) -> Result<ReplicaEntry> {
+        let moved = ReplicaEntry {
+            dir: dest,
+            state,
+            ..e.clone()
+        };
+        let (mp, bp) = (e.meta_path(), e.block_path());
+        std::fs::rename(&mp, moved.meta_path()).ctx("rename", &mp)?;
+        std::fs::rename(&bp, moved.block_path()).ctx("rename", &bp)?;
+        layout::sync_dir(&moved.dir)?;
+        layout::sync_dir(&e.dir)?;
+        Ok(moved)
+    }
+
+    /// Deletes the replica of `block` unless its generation stamp is newer. Returns the
+    /// deleted replica.
+    pub fn delete(&self, block: ExtendedBlock) -> Result<Option<ExtendedBlock>> {
+        let _g = self.guard();
+        let Some(e) = self.get(block.id) else {
+            return Ok(None);
+        };
+        if e.gen_stamp > block.gen_stamp {
+            tracing::info!(block = %block.id, have = %e.gen_stamp, asked = %block.gen_stamp, "not deleting a newer replica");
+            return Ok(None);
+        }
+        self.map.remove(&block.id);
+        if let Some(w) = e.live.writer() {
+            w.stop.cancel();
+        }
+        let reported = e.block();
+        for p in [e.meta_path(), e.block_path()] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(DatanodeError::io("remove", p, err)),
+            }
+        }
+        self.metrics.replicas_deleted.inc();
+        Ok(Some(reported))
+    }
+
+    fn remove_files(&self, e: &ReplicaEntry) {
+        for p in [e.meta_path(), e.block_path()] {
+            if let Err(err) = std::fs::remove_file(&p) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %p.display(), "cannot remove a replaced replica: {err}");
+                }
+            }
+        }
+    }
+
+    /// Opens the replica of `id` for reading. Retries when a finalize moved the files between
+    /// the map lookup and the open.
+    pub fn open_read(&self, id: BlockId) -> Result<ReadReplica> {
+        let mut last_err = None;
+        for _ in 0..3 {
+            let entry = self
+                .get(id)
+                .ok_or(DatanodeError::ReplicaNotFound { block: id })?;
+            let (bp, mp) = (entry.block_path(), entry.meta_path());
+            match (File::open(&bp), File::open(&mp)) {
+                (Ok(block), Ok(meta)) => {
+                    return Ok(ReadReplica {
+                        entry,
+                        block,
+                        meta,
+                        meta_path: mp,
+                        block_path: bp,
+                    })
+                }
+                (Err(e), _) => last_err = Some(DatanodeError::io("open", bp, e)),
+                (_, Err(e)) => last_err = Some(DatanodeError::io("open", mp, e)),
+            }
+        }
+        Err(last_err.unwrap_or(DatanodeError::ReplicaNotFound { block: id }))
+    }
+
+    /// Every replica except Temporary ones, for a full block report.
+    pub fn report(&self) -> Vec<ReplicaReport> {
+        self.map
+            .iter()
+            .filter(|e| e.state != ReplicaState::Temporary)
+            .map(|e| ReplicaReport {
+                block: e.block(),
+                state: e.state,
+            })
+            .collect()
+    }
+
+    /// Replica counts by state.
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for e in self.map.iter() {
+            *out.entry(format!("{:?}", e.state)).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// Bytes held by replicas on volume `index`.
+    pub fn used_on(&self, index: usize) -> u64 {
+        self.map
+            .iter()
+            .filter(|e| e.volume == index)
+            .map(|e| e.live.bytes_on_disk())
+            .sum()
+    }
+
+    /// Capacity, used and remaining bytes over all volumes.
+    pub fn space(&self) -> NodeSpace {
+        let mut s = NodeSpace::default();
+        for v in self.volumes.volumes() {
+            let Space {
+                capacity,
+                remaining,
+            } = v.space().unwrap_or_default();
+            s.capacity += capacity;
+            s.remaining += remaining;
+        }
+        s.used = self.map.iter().map(|e| e.live.bytes_on_disk()).sum();
+        s
+    }
+}
+
+fn check_bpc(bpc: u32) -> Result<()> {
+    if bpc == 0 || bpc > MAX_BYTES_PER_CHECKSUM {
+        return Err(DatanodeError::invalid(format!(
+            "bytes_per_checksum {bpc} must be in 1..={MAX_BYTES_PER_CHECKSUM}"
+        )));
+    }
+    Ok(())
+}
+
+fn create_files(e: &ReplicaEntry, header: MetaHeader) -> Result<(File, File)> {
+    let open = |p: &Path| {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(p)
+            .ctx("create", p)
+    };
+    let (bp, mp) = (e.block_path(), e.meta_path());
+    let block = open(&bp)?;
+    let meta = open(&mp)?;
+    meta::write_header(&meta, header, &mp)?;
+    Ok((block, meta))
+}
+
+fn open_rw(e: &ReplicaEntry) -> Result<(File, File, MetaHeader)> {
+    let open = |p: &Path| {
+        File::options()
+            .read(true)
+            .write(true)
+            .open(p)
+            .ctx("open", p)
+    };
+    let (bp, mp) = (e.block_path(), e.meta_path());
+    let block = open(&bp)?;
+    let meta = open(&mp)?;
+    let header = meta::read_header(&meta, &mp)?;
+    Ok((block, meta, header))
+}

@@ -1,0 +1,256 @@
+//! Storage tests: replicas written through the direct sink, finalized, recovered, and found
+//! again by the start-up scan.
+
+use super::dataset::Dataset;
+use super::layout;
+use super::meta::{self, MetaHeader};
+use crate::metrics::Metrics;
+use crate::write::sink::{DirectSink, ReplicaSink};
+use sluice_common::checksum;
+use sluice_common::proto::{BlockStage, ReplicaState};
+use sluice_common::{BlockId, ExtendedBlock, GenerationStamp};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn open(dirs: &[PathBuf]) -> (Dataset, Arc<Metrics>) {
+    let m = Arc::new(Metrics::default());
+    (Dataset::open(dirs, m.clone()).unwrap(), m)
+}
+
+/// Writes `bytes` as packets of `packet` bytes into a new Rbw replica; returns the sink.
+fn write_rbw(ds: &Dataset, m: &Arc<Metrics>, id: u64, bytes: &[u8], packet: usize) -> DirectSink {
+    let r = ds
+        .create(BlockId(id), GenerationStamp(1), 512, BlockStage::Create)
+        .unwrap();
+    let live = r.entry.live.clone();
+    let mut sink = DirectSink::new(r, m.clone());
+    for (i, p) in bytes.chunks(packet).enumerate() {
+        let off = (i * packet) as u64;
+        sink.write(off, p, &checksum::compute(p, 512)).unwrap();
+    }
+    live.set_bytes_on_disk(sink.bytes_on_disk());
+    sink
+}
+
+/// Checks the replica files of `id` hold `expect` with valid checksums.
+fn assert_files_valid(ds: &Dataset, id: u64, expect: &[u8]) {
+    let e = ds.get(BlockId(id)).unwrap();
+    let on_disk = std::fs::read(e.block_path()).unwrap();
+    assert_eq!(on_disk, expect);
+    let m = std::fs::read(e.meta_path()).unwrap();
+    let h = MetaHeader::decode(&m, Path::new("meta")).unwrap();
+    assert_eq!(m.len() as u64, h.meta_len(expect.len() as u64));
+    checksum::verify(expect, &m[meta::HEADER_LEN as usize..], 512, 0).unwrap();
+}
+
+#[test]
+fn packets_with_an_hflush_overlap_rewrite_the_partial_chunk_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, m) = open(&[dir.path().to_path_buf()]);
+    let all = data(2000, 3);
+    let r = ds
+        .create(BlockId(7), GenerationStamp(1), 512, BlockStage::Create)
+        .unwrap();
+    let mut sink = DirectSink::new(r, m.clone());
+    sink.write(0, &all[..700], &checksum::compute(&all[..700], 512))
+        .unwrap();
+    // After an hflush at 700 the next packet restarts at the chunk start 512.
+    sink.write(
+        512,
+        &all[512..2000],
+        &checksum::compute(&all[512..2000], 512),
+    )
+    .unwrap();
+    assert_eq!(sink.bytes_on_disk(), 2000);
+    assert_eq!(
+        m.bytes_written.get(),
+        2000,
+        "the overlap is not written twice"
+    );
+    sink.sync().unwrap();
+    assert_files_valid(&ds, 7, &all);
+    let live = ds.get(BlockId(7)).unwrap().live;
+    let e = ds
+        .finalize(BlockId(7), &live, 2000, BlockStage::Create)
+        .unwrap();
+    assert_eq!(e.state, ReplicaState::Finalized);
+    assert!(e.dir.starts_with(layout::finalized_root(dir.path())));
+    assert_files_valid(&ds, 7, &all);
+}
+
+#[test]
+fn scan_finds_finalized_and_turns_rbw_into_rwr() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
+    let (fin, rbw) = (data(5000, 1), data(1300, 2));
+    {
+        let (ds, m) = open(&dirs);
+        drop(write_rbw(&ds, &m, 1, &fin, 4096));
+        let live = ds.get(BlockId(1)).unwrap().live;
+        ds.finalize(BlockId(1), &live, 5000, BlockStage::Create)
+            .unwrap();
+        drop(write_rbw(&ds, &m, 2, &rbw, 512));
+    }
+    let (ds, m) = open(&dirs);
+    let f = ds.get(BlockId(1)).unwrap();
+    assert_eq!(
+        (f.state, f.visible_length()),
+        (ReplicaState::Finalized, 5000)
+    );
+    let w = ds.get(BlockId(2)).unwrap();
+    assert_eq!((w.state, w.live.bytes_on_disk()), (ReplicaState::Rwr, 1300));
+    assert_eq!(
+        w.visible_length(),
+        0,
+        "an Rwr replica's acked length is unknown"
+    );
+    assert_eq!(m.corrupt_replicas_skipped.get(), 0);
+    let mut report = ds.report();
+    report.sort_by_key(|r| r.block.id);
+    assert_eq!(report.len(), 2);
+    assert_eq!(
+        report[0].block,
+        ExtendedBlock::new(BlockId(1), GenerationStamp(1), 5000)
+    );
+}
+
+#[test]
+fn scan_drops_an_unverifiable_rbw_tail_and_skips_a_corrupt_finalized_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = vec![dir.path().to_path_buf()];
+    let bytes = data(1500, 9);
+    {
+        let (ds, m) = open(&dirs);
+        drop(write_rbw(&ds, &m, 3, &bytes, 512));
+        drop(write_rbw(&ds, &m, 4, &bytes, 512));
+        let live = ds.get(BlockId(4)).unwrap().live;
+        ds.finalize(BlockId(4), &live, 1500, BlockStage::Create)
+            .unwrap();
+        // Block 3: bytes past the last checksum (a crash between data and meta writes) and a
+        // torn last chunk.
+        let e = ds.get(BlockId(3)).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(e.block_path())
+            .unwrap();
+        std::io::Write::write_all(&mut f, &[0u8; 100]).unwrap();
+        // Block 4: a meta file one checksum short.
+        let e4 = ds.get(BlockId(4)).unwrap();
+        let mf = std::fs::OpenOptions::new()
+            .write(true)
+            .open(e4.meta_path())
+            .unwrap();
+        mf.set_len(
+            MetaHeader {
+                bytes_per_checksum: 512,
+            }
+            .meta_len(1500)
+                - 4,
+        )
+        .unwrap();
+    }
+    let (ds, m) = open(&dirs);
+    let e = ds.get(BlockId(3)).unwrap();
+    assert_eq!(
+        e.live.bytes_on_disk(),
+        1500,
+        "the length covered by checksums"
+    );
+    assert!(
+        ds.get(BlockId(4)).is_none(),
+        "never serve a replica whose meta does not cover it"
+    );
+    assert_eq!(m.corrupt_replicas_skipped.get(), 1);
+}
+
+#[test]
+fn scan_completes_a_finalize_interrupted_between_its_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = vec![dir.path().to_path_buf()];
+    let bytes = data(3000, 4);
+    {
+        let (ds, m) = open(&dirs);
+        drop(write_rbw(&ds, &m, 5, &bytes, 1024));
+        let e = ds.get(BlockId(5)).unwrap();
+        let dest = layout::finalized_subdir(dir.path(), BlockId(5));
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::rename(
+            e.meta_path(),
+            dest.join(layout::meta_file_name(BlockId(5), GenerationStamp(1))),
+        )
+        .unwrap();
+    }
+    let (ds, _) = open(&dirs);
+    let e = ds.get(BlockId(5)).unwrap();
+    assert_eq!(e.state, ReplicaState::Finalized);
+    assert_files_valid(&ds, 5, &bytes);
+}
+
+#[test]
+fn recovery_truncates_to_the_acked_length_and_bumps_the_generation_stamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, m) = open(&[dir.path().to_path_buf()]);
+    let bytes = data(3000, 5);
+    drop(write_rbw(&ds, &m, 6, &bytes, 1024));
+    let old = ExtendedBlock::new(BlockId(6), GenerationStamp(1), 1800);
+    let r = ds.recover(old, GenerationStamp(2), false).unwrap().unwrap();
+    assert_eq!(r.entry.gen_stamp, GenerationStamp(2));
+    assert_eq!(r.entry.visible_length(), 1800);
+    drop(r);
+    assert_files_valid(&ds, 6, &bytes[..1800]);
+    assert!(!layout::rbw_dir(dir.path())
+        .join(layout::meta_file_name(BlockId(6), GenerationStamp(1)))
+        .exists());
+    let err = ds
+        .recover(
+            ExtendedBlock::new(BlockId(6), GenerationStamp(2), 5000),
+            GenerationStamp(3),
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(err.status(), sluice_common::Status::ErrorInvalid, "{err}");
+    ds.recover(
+        ExtendedBlock::new(BlockId(6), GenerationStamp(2), 1000),
+        GenerationStamp(3),
+        true,
+    )
+    .unwrap();
+    let e = ds.get(BlockId(6)).unwrap();
+    assert_eq!(
+        (e.state, e.gen_stamp, e.visible_length()),
+        (ReplicaState::Finalized, GenerationStamp(3), 1000)
+    );
+    assert_files_valid(&ds, 6, &bytes[..1000]);
+}
+
+#[test]
+fn create_refuses_same_generation_and_replaces_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, m) = open(&[dir.path().to_path_buf()]);
+    drop(write_rbw(&ds, &m, 8, &data(100, 1), 100));
+    let err = ds
+        .create(BlockId(8), GenerationStamp(1), 512, BlockStage::Create)
+        .unwrap_err();
+    assert_eq!(err.status(), sluice_common::Status::ErrorExists);
+    let r = ds
+        .create(BlockId(8), GenerationStamp(2), 512, BlockStage::Create)
+        .unwrap();
+    assert_eq!(r.entry.live.bytes_on_disk(), 0);
+    assert!(
+        ds.delete(ExtendedBlock::new(BlockId(8), GenerationStamp(1), 0))
+            .unwrap()
+            .is_none(),
+        "newer replica kept"
+    );
+    assert!(ds
+        .delete(ExtendedBlock::new(BlockId(8), GenerationStamp(2), 0))
+        .unwrap()
+        .is_some());
+    assert!(ds.get(BlockId(8)).is_none());
+}

@@ -1,0 +1,506 @@
+//! The receiving side of a `WriteBlock` (HDFS's `BlockReceiver`): one connection task.
+//!
+//! Set-up: check the op and prepare the replica per stage (create, replace, recover, or
+//! close-recover), connect downstream, and only then answer upstream — so a success covers the
+//! whole rest of the pipeline. Then, for every packet, in this order:
+//! 1. check the header ([`PacketValidator`]);
+//! 2. forward the frame downstream unchanged;
+//! 3. verify every chunk's CRC32C;
+//! 4. hand the packet to the replica's [`ReplicaWriter`] actor (`send().await`), which writes it
+//!    (5. and fsyncs it when `sync`);
+//! 6. on the last packet, finalize the replica and queue its `Received` report;
+//! 7. queue the packet's outcome for the [`Responder`], which acks upstream once the downstream
+//!    ack for the same seqno is in.
+//!
+//! Ending early: a local error is queued as that packet's status and ends the loop; a
+//! downstream failure makes the responder cancel `broken`; an upstream that is lost or silent
+//! past `socket.timeout` ends the loop. In every case what was received is flushed to the block
+//! file (`Stop`) and the replica stays in `rbw/` for recovery.
+
+use super::packet::{PacketKind, PacketValidator};
+use super::pipeline::{self, Downstream};
+use super::responder::{PendingAck, Responder, ResponderEnd};
+use super::state::{WriteState, WriterSettings};
+use super::writer::{Finalize, ReplicaWriter, Stop, WritePacket};
+use crate::context::Ctx;
+use crate::error::{DatanodeError, Result};
+use crate::failpoint::FailAction;
+use crate::storage::dataset::OpenReplica;
+use crate::storage::replica::ReplicaEntry;
+use crate::wire::{self, FrameReader, FrameWriter};
+use actix::{Actor, Addr};
+use bytes::Bytes;
+use futures::StreamExt;
+use sluice_common::checksum;
+use sluice_common::proto::{
+    BlockStage, Message, OpResponse, PacketHeader, ReplicaState, WriteBlockOp,
+};
+use sluice_common::rpc::ReplicaEvent;
+use sluice_common::{FrameError, Status};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Packets acknowledged locally and waiting for the downstream ack, at most.
+const ACK_QUEUE: usize = 128;
+
+/// The replica once set up.
+enum Prepared {
+    /// Packets follow.
+    Open(OpenReplica),
+    /// CloseRecovery: finalized during set-up.
+    Closed(ReplicaEntry),
+}
+
+/// Serves a `WriteBlock` op on this connection; the connection ends with it.
+pub(crate) async fn serve(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, upstream: FrameWriter) {
+    let span = tracing::info_span!("write_block", block = %op.block.id, node = %ctx.node_id, stage = ?op.stage);
+    serve_inner(ctx, op, reader, upstream)
+        .instrument(span)
+        .await
+}
+
+async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstream: FrameWriter) {
+    ctx.metrics.write_block_ops.inc();
+    let t = ctx.socket_timeout();
+    let prepared = match prepare(&ctx, &op).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::info!("write set-up refused: {e}");
+            ctx.metrics.op_errors.inc();
+            let _ = wire::respond(&mut upstream, wire::error_response(&e), t).await;
+            return;
+        }
+    };
+    match ctx.scope.check("dn::setup") {
+        Some(FailAction::Drop) => return,
+        Some(FailAction::Error) => {
+            let resp = OpResponse::error(Status::Error, "failpoint dn::setup");
+            let _ = wire::respond(&mut upstream, resp, t).await;
+            return;
+        }
+        None => {}
+    }
+    let downstream = if op.targets.is_empty() {
+        None
+    } else {
+        match pipeline::connect(&ctx, &op).await {
+            Ok(d) => Some(d),
+            Err(f) => {
+                tracing::warn!(bad = %f.first_bad_link, "downstream set-up failed: {}", f.message);
+                ctx.metrics.op_errors.inc();
+                let _ = wire::respond(&mut upstream, f.response(), t).await;
+                return;
+            }
+        }
+    };
+    let mut resp = OpResponse::ok();
+    resp.replica = ctx.dataset.get(op.block.id).map(|e| e.info());
+    if let Err(e) = wire::respond(&mut upstream, resp, t).await {
+        tracing::warn!("cannot answer the set-up: {e}");
+        return;
+    }
+    match prepared {
+        Prepared::Closed(entry) => {
+            tracing::info!(
+                len = entry.reported_length(),
+                "close recovery finalized the replica"
+            );
+            ctx.events.push(ReplicaEvent::Received(entry.block()));
+        }
+        Prepared::Open(replica) => run(ctx, op, replica, reader, upstream, downstream).await,
+    }
+}
+
+/// Checks the op and prepares the local replica for its stage.
+async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
+    let id = op.block.id;
+    if let Some(old) = ctx.dataset.get(id) {
+        let replaces = op.stage.is_recovery() || old.gen_stamp < op.latest_gen_stamp;
+        if replaces {
+            stop_writer(ctx, &old).await?;
+        }
+    }
+    let ds = ctx.dataset.clone();
+    let (block, latest, bpc, stage) = (
+        op.block,
+        op.latest_gen_stamp,
+        op.bytes_per_checksum,
+        op.stage,
+    );
+    match stage {
+        BlockStage::Create | BlockStage::TransferRbw | BlockStage::TransferFinalized => {
+            let r = ctx
+                .blocking(move || ds.create(id, latest, bpc, stage))
+                .await?;
+            if r.header.bytes_per_checksum != bpc {
+                return Err(DatanodeError::invalid("bytes per checksum mismatch"));
+            }
+            Ok(Prepared::Open(r))
+        }
+        BlockStage::StreamingRecovery => {
+            let r = ctx
+                .blocking(move || ds.recover(block, latest, false))
+                .await?;
+            let r = r.ok_or_else(|| {
+                DatanodeError::invalid("streaming recovery of a finalized replica")
+            })?;
+            if r.header.bytes_per_checksum != bpc {
+                return Err(DatanodeError::InvalidReplica {
+                    block: id,
+                    reason: format!(
+                        "stored with {} bytes per checksum, not {bpc}",
+                        r.header.bytes_per_checksum
+                    ),
+                });
+            }
+            Ok(Prepared::Open(r))
+        }
+        BlockStage::CloseRecovery => {
+            ctx.blocking(move || ds.recover(block, latest, true).map(|_| ()))
+                .await?;
+            let e = ctx
+                .dataset
+                .get(id)
+                .ok_or(DatanodeError::ReplicaNotFound { block: id })?;
+            Ok(Prepared::Closed(e))
+        }
+    }
+}
+
+/// Asks the writer attached to `entry` (if any) to stop, and waits until it has flushed.
+pub(crate) async fn stop_writer(ctx: &Ctx, entry: &ReplicaEntry) -> Result<()> {
+    let Some(slot) = entry.live.writer() else {
+        return Ok(());
+    };
+    tracing::info!(block = %entry.id, "stopping the replica's previous writer");
+    slot.stop.cancel();
+    let mut done = slot.done;
+    let t = ctx.socket_timeout();
+    tokio::time::timeout(t, async { while done.changed().await.is_ok() {} })
+        .await
+        .map_err(|_| DatanodeError::Timeout {
+            what: "the previous writer to stop",
+            secs: t.as_secs_f64(),
+        })
+}
+
+/// How the packet loop ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The last packet was written, finalized and queued.
+    Finished,
+    /// A local error was queued as a packet's status.
+    LocalError,
+    /// The responder stopped the pipeline (downstream failure, upstream unwritable).
+    Broken,
+    /// The upstream connection was lost or silent.
+    UpstreamLost,
+    /// Asked to stop (recovery of the replica, delete, graceful shutdown).
+    Stopped,
+    /// Failpoint `drop`: close everything at once.
+    Dropped,
+    /// `DataNode::kill`.
+    Killed,
+}
+
+/// The pipeline after set-up: the writer actor, the responder, and the packet loop.
+async fn run(
+    ctx: Ctx,
+    op: WriteBlockOp,
+    replica: OpenReplica,
+    mut reader: FrameReader,
+    upstream: FrameWriter,
+    downstream: Option<Downstream>,
+) {
+    let live = replica.entry.live.clone();
+    let stop = CancellationToken::new();
+    let _writer_done = live.attach_writer(stop.clone());
+    let settings = WriterSettings {
+        stage: op.stage,
+        last_in_pipeline: op.targets.is_empty(),
+        sync_on_close: ctx.cfg.sync_on_close,
+        scope: ctx.scope.clone(),
+    };
+    let validator = PacketValidator::new(live.bytes_on_disk(), op.bytes_per_checksum);
+    let state = WriteState::new(replica, settings, ctx.dataset.clone(), ctx.metrics.clone());
+    let io = ctx.io.clone();
+    let writer =
+        ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| ReplicaWriter::new(state, io));
+    let (tx, rx) = mpsc::channel(ACK_QUEUE);
+    let (broken, downstream_lost) = (CancellationToken::new(), CancellationToken::new());
+    let (ds_reader, ds_writer) = match downstream {
+        Some(d) => (Some(d.reader), Some(d.writer)),
+        None => (None, None),
+    };
+    let responder = Responder {
+        ctx: ctx.clone(),
+        upstream,
+        downstream: ds_reader,
+        queue: rx,
+        live,
+        broken: broken.clone(),
+        downstream_lost: downstream_lost.clone(),
+    };
+    let responder = tokio::spawn(responder.run().in_current_span());
+    let mut lp = PacketLoop {
+        ctx: ctx.clone(),
+        op: &op,
+        writer: writer.clone(),
+        acks: tx,
+        validator,
+        downstream: ds_writer,
+        downstream_lost,
+    };
+    let outcome = lp.run(&mut reader, &broken, &stop).await;
+    drop(lp);
+    finish(&ctx, outcome, writer, responder).await;
+}
+
+async fn finish(
+    ctx: &Ctx,
+    outcome: Outcome,
+    writer: Addr<ReplicaWriter>,
+    responder: tokio::task::JoinHandle<ResponderEnd>,
+) {
+    tracing::debug!(?outcome, "packet loop ended");
+    match outcome {
+        Outcome::Killed => {
+            responder.abort();
+            return;
+        }
+        Outcome::Finished | Outcome::LocalError | Outcome::Broken => {
+            let t = ctx.socket_timeout() * 2;
+            match tokio::time::timeout(t, responder).await {
+                Ok(Ok(end)) => tracing::debug!(?end, "responder ended"),
+                _ => tracing::warn!("responder did not end in time"),
+            }
+        }
+        Outcome::UpstreamLost | Outcome::Stopped | Outcome::Dropped => responder.abort(),
+    }
+    if outcome != Outcome::Finished {
+        match writer.send(Stop).await {
+            Ok(Ok(())) => tracing::info!(
+                ?outcome,
+                "pipeline ended early; received bytes flushed, replica left in rbw"
+            ),
+            Ok(Err(e)) => tracing::error!("flushing the replica after an early end failed: {e}"),
+            Err(e) => tracing::error!("replica writer unreachable: {e}"),
+        }
+    }
+}
+
+/// The packet loop's state.
+struct PacketLoop<'a> {
+    ctx: Ctx,
+    op: &'a WriteBlockOp,
+    writer: Addr<ReplicaWriter>,
+    acks: mpsc::Sender<PendingAck>,
+    validator: PacketValidator,
+    downstream: Option<FrameWriter>,
+    downstream_lost: CancellationToken,
+}
+
+/// What one packet led to.
+enum Step {
+    Continue,
+    End(Outcome),
+}
+
+impl PacketLoop<'_> {
+    async fn run(
+        &mut self,
+        reader: &mut FrameReader,
+        broken: &CancellationToken,
+        stop: &CancellationToken,
+    ) -> Outcome {
+        let t = self.ctx.socket_timeout();
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.ctx.kill.cancelled() => return Outcome::Killed,
+                _ = broken.cancelled() => return Outcome::Broken,
+                _ = stop.cancelled() => return Outcome::Stopped,
+                _ = self.ctx.shutdown.cancelled() => return Outcome::Stopped,
+                r = tokio::time::timeout(t, reader.next()) => r,
+            };
+            let frame = match next {
+                Err(_) => {
+                    tracing::warn!("upstream silent for {t:?}");
+                    return Outcome::UpstreamLost;
+                }
+                Ok(None) | Ok(Some(Err(FrameError::Io(_) | FrameError::Truncated { .. }))) => {
+                    return Outcome::UpstreamLost
+                }
+                Ok(Some(Err(e))) => {
+                    self.ctx.metrics.bad_frames.inc();
+                    return self
+                        .local_error(self.validator.expected_seqno(), &DatanodeError::from(e))
+                        .await;
+                }
+                Ok(Some(Ok(f))) => f,
+            };
+            let step = match frame.header {
+                Message::Packet(h) => self.on_packet(h, frame.payload).await,
+                other => {
+                    let e = DatanodeError::invalid(format!("expected a packet, got {other:?}"));
+                    Step::End(self.local_error(self.validator.expected_seqno(), &e).await)
+                }
+            };
+            if let Step::End(o) = step {
+                return o;
+            }
+        }
+    }
+
+    async fn on_packet(&mut self, h: PacketHeader, payload: Bytes) -> Step {
+        let kind = match self.validator.check(&h, payload.len()) {
+            Ok(k) => k,
+            Err(e) => return Step::End(self.local_error(h.seqno, &e).await),
+        };
+        if let Some(end) = self.failpoint("dn::before_forward", h.seqno).await {
+            return Step::End(end);
+        }
+        self.forward(h, &payload).await;
+        if let Some(end) = self.failpoint("dn::after_forward", h.seqno).await {
+            return Step::End(end);
+        }
+        match kind {
+            PacketKind::Heartbeat => {
+                self.ctx.metrics.heartbeat_packets.inc();
+                self.queue(PendingAck {
+                    seqno: h.seqno,
+                    status: Status::Success,
+                    end: 0,
+                    last: false,
+                })
+                .await
+            }
+            PacketKind::Data => self.on_data(h, payload).await,
+            PacketKind::Last => self.on_last(h).await,
+        }
+    }
+
+    async fn on_data(&mut self, h: PacketHeader, payload: Bytes) -> Step {
+        self.ctx.metrics.packets_received.inc();
+        let bpc = self.op.bytes_per_checksum;
+        let sums_len = checksum::checksum_len(h.data_len as usize, bpc);
+        let (sums, data) = (payload.slice(..sums_len), payload.slice(sums_len..));
+        if let Err(source) = checksum::verify(&data, &sums, bpc, h.offset_in_block) {
+            self.ctx.metrics.checksum_errors.inc();
+            let e = DatanodeError::Checksum {
+                block: self.op.block.id,
+                source,
+            };
+            return Step::End(self.local_error(h.seqno, &e).await);
+        }
+        if let Some(end) = self.failpoint("dn::before_write", h.seqno).await {
+            return Step::End(end);
+        }
+        let msg = WritePacket {
+            offset: h.offset_in_block,
+            data,
+            checksums: sums,
+            sync: h.sync,
+        };
+        match self.writer.send(msg).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Step::End(self.write_error(h.seqno, e).await),
+            Err(_) => {
+                let e = DatanodeError::ActorGone {
+                    actor: "replica writer",
+                };
+                return Step::End(self.local_error(h.seqno, &e).await);
+            }
+        }
+        let end = h.offset_in_block + h.data_len as u64;
+        self.queue(PendingAck {
+            seqno: h.seqno,
+            status: Status::Success,
+            end,
+            last: false,
+        })
+        .await
+    }
+
+    async fn on_last(&mut self, h: PacketHeader) -> Step {
+        let entry = match self.writer.send(Finalize).await {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) => return Step::End(self.write_error(h.seqno, e).await),
+            Err(_) => {
+                let e = DatanodeError::ActorGone {
+                    actor: "replica writer",
+                };
+                return Step::End(self.local_error(h.seqno, &e).await);
+            }
+        };
+        tracing::info!(len = entry.reported_length(), state = ?entry.state, "replica complete");
+        if entry.state == ReplicaState::Finalized {
+            self.ctx.events.push(ReplicaEvent::Received(entry.block()));
+        }
+        match self
+            .queue(PendingAck {
+                seqno: h.seqno,
+                status: Status::Success,
+                end: 0,
+                last: true,
+            })
+            .await
+        {
+            Step::Continue => Step::End(Outcome::Finished),
+            other => other,
+        }
+    }
+
+    /// Forwards the packet downstream unchanged. A failure is left to the responder, which
+    /// then acks `[own, ERROR]`.
+    async fn forward(&mut self, h: PacketHeader, payload: &Bytes) {
+        let Some(w) = self.downstream.as_mut() else {
+            return;
+        };
+        let t = self.ctx.socket_timeout();
+        if let Err(e) = wire::send(w, Message::Packet(h), payload.clone(), t).await {
+            tracing::warn!(seqno = h.seqno, "forwarding downstream failed: {e}");
+            self.downstream = None;
+            self.downstream_lost.cancel();
+        }
+    }
+
+    async fn queue(&mut self, p: PendingAck) -> Step {
+        match self.acks.send(p).await {
+            Ok(()) => Step::Continue,
+            Err(_) => Step::End(Outcome::Broken),
+        }
+    }
+
+    async fn write_error(&mut self, seqno: i64, e: DatanodeError) -> Outcome {
+        if let DatanodeError::Failpoint { drop: true, .. } = e {
+            return Outcome::Dropped;
+        }
+        self.local_error(seqno, &e).await
+    }
+
+    /// Queues `seqno` with this DataNode's error status; the responder acks it and stops.
+    async fn local_error(&mut self, seqno: i64, e: &DatanodeError) -> Outcome {
+        tracing::warn!(seqno, "local error: {e}");
+        self.ctx.metrics.op_errors.inc();
+        let p = PendingAck {
+            seqno,
+            status: e.status(),
+            end: 0,
+            last: false,
+        };
+        let _ = self.acks.send(p).await;
+        Outcome::LocalError
+    }
+
+    async fn failpoint(&mut self, name: &'static str, seqno: i64) -> Option<Outcome> {
+        match self.ctx.scope.check(name)? {
+            FailAction::Drop => Some(Outcome::Dropped),
+            FailAction::Error => Some(
+                self.local_error(seqno, &DatanodeError::Failpoint { name, drop: false })
+                    .await,
+            ),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Where a replica writer's bytes go: the [`ReplicaSink`] abstraction and the direct sink.
+//!
+//! A sink receives each packet as it arrived (`offset` on a checksum-chunk boundary, at most
+//! the bytes it already holds) and is responsible for writing only the bytes it does not hold
+//! yet and *all* the packet's checksums — so that after an hflush that ended inside a chunk, the
+//! resent chunk's checksum replaces the partial one. The direct sink writes every packet with
+//! positional writes as it arrives. The buffered sink of write-memory batching (HDFS-17973)
+//! implements the same trait: it would hold packets in a pooled buffer and write them in large
+//! sequential flushes, with `bytes_on_disk` lagging behind `bytes_received` until a flush.
+
+use crate::error::{DatanodeError, IoContext, Result};
+use crate::metrics::Metrics;
+use crate::storage::dataset::OpenReplica;
+use crate::storage::meta::MetaHeader;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The storage side of a replica writer. Every method blocks on disk I/O.
+pub trait ReplicaSink: Send {
+    /// Takes a packet: `data` starts at block offset `offset` (a chunk boundary, at most
+    /// [`ReplicaSink::bytes_received`]); `checksums` are the CRCs of its chunks.
+    fn write(&mut self, offset: u64, data: &[u8], checksums: &[u8]) -> Result<()>;
+    /// Hands everything received to the files (no fsync).
+    fn flush(&mut self) -> Result<()>;
+    /// Flushes, then makes everything received durable (fdatasync block and metadata file).
+    fn sync(&mut self) -> Result<()>;
+    /// Drains before finalize; fsyncs when `sync` (`sync.on.close`).
+    fn finalize(&mut self, sync: bool) -> Result<()>;
+    /// Bytes received so far (the next packet continues here).
+    fn bytes_received(&self) -> u64;
+    /// Bytes in the block file (never more than received; readers see at most this).
+    fn bytes_on_disk(&self) -> u64;
+    /// Frees files, buffers and permits. Idempotent; never flushes.
+    fn release(&mut self);
+}
+
+/// Writes each packet straight to the block and metadata files with positional writes.
+#[derive(Debug)]
+pub struct DirectSink {
+    files: Option<(File, File)>,
+    block_path: PathBuf,
+    meta_path: PathBuf,
+    bpc: u64,
+    on_disk: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl DirectSink {
+    /// A sink over an open replica, continuing at its bytes on disk.
+    pub fn new(replica: OpenReplica, metrics: Arc<Metrics>) -> DirectSink {
+        DirectSink {
+            block_path: replica.entry.block_path(),
+            meta_path: replica.entry.meta_path(),
+            bpc: replica.header.bytes_per_checksum as u64,
+            on_disk: replica.entry.live.bytes_on_disk(),
+            files: Some((replica.block, replica.meta)),
+            metrics,
+        }
+    }
+
+    fn files(&self) -> Result<&(File, File)> {
+        self.files
+            .as_ref()
+            .ok_or_else(|| DatanodeError::invalid("the replica sink was already released"))
+    }
+}
+
+/// `pwrite`s all of `buf` at `pos`, counting each call.
+fn write_all_at(
+    file: &File,
+    mut buf: &[u8],
+    mut pos: u64,
+    calls: &crate::metrics::Counter,
+) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        calls.inc();
+        match file.write_at(buf, pos) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n..];
+                pos += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl ReplicaSink for DirectSink {
+    fn write(&mut self, offset: u64, data: &[u8], checksums: &[u8]) -> Result<()> {
+        if !offset.is_multiple_of(self.bpc) || offset > self.on_disk {
+            return Err(DatanodeError::invalid(format!(
+                "packet at offset {offset}: not a chunk boundary or past the {} bytes held",
+                self.on_disk
+            )));
+        }
+        let end = offset + data.len() as u64;
+        let skip = (self.on_disk - offset).min(data.len() as u64) as usize;
+        let (block, meta) = self.files()?;
+        let m = &self.metrics;
+        if skip < data.len() {
+            write_all_at(block, &data[skip..], self.on_disk, &m.block_file_writes)
+                .ctx("write", &self.block_path)?;
+            m.bytes_written.add((data.len() - skip) as u64);
+        }
+        if !checksums.is_empty() {
+            let pos = MetaHeader::checksum_pos(offset / self.bpc);
+            write_all_at(meta, checksums, pos, &m.meta_file_writes)
+                .ctx("write", &self.meta_path)?;
+        }
+        self.on_disk = self.on_disk.max(end);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let (block, meta) = self.files()?;
+        block.sync_data().ctx("fdatasync", &self.block_path)?;
+        meta.sync_data().ctx("fdatasync", &self.meta_path)?;
+        self.metrics.fsyncs.add(2);
+        Ok(())
+    }
+
+    fn finalize(&mut self, sync: bool) -> Result<()> {
+        self.flush()?;
+        if sync {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn bytes_received(&self) -> u64 {
+        self.on_disk
+    }
+
+    fn bytes_on_disk(&self) -> u64 {
+        self.on_disk
+    }
+
+    fn release(&mut self) {
+        self.files = None;
+    }
+}
