@@ -227,25 +227,30 @@ fn on_packet(
     }
     let block = s.blocks.entry(id).or_default();
     let start = h.offset_in_block as usize;
-    for (i, b) in data.iter().enumerate() {
-        let at = start + i;
-        if at < block.len() {
-            if block[at] != *b {
-                s.violations.push(format!("re-sent byte {at} differs"));
-                return Status::ErrorInvalid;
-            }
-        } else {
-            block.push(*b);
-        }
+    let overlap = (block.len() - start).min(data.len());
+    if block[start..start + overlap] != data[..overlap] {
+        s.violations
+            .push(format!("re-sent bytes at {start} differ"));
+        return Status::ErrorInvalid;
     }
+    block.extend_from_slice(&data[overlap..]);
     Status::Success
+}
+
+/// The bytes `[offset aligned down, min(end, visible))` of a replica, with where they start.
+struct Served {
+    data: Vec<u8>,
+    from: u64,
+    visible: u64,
+    corrupt: bool,
 }
 
 fn serve_bytes(
     st: &Mutex<DnState>,
     block: &ExtendedBlock,
     offset: u64,
-) -> Result<(Vec<u8>, u64, bool), Frame<Message>> {
+    end: u64,
+) -> Result<Served, Frame<Message>> {
     let s = st.lock().unwrap();
     let Some(data) = s.blocks.get(&block.id.0) else {
         return Err(resp(Status::ErrorNotFound, "no such replica"));
@@ -256,19 +261,25 @@ fn serve_bytes(
         .copied()
         .unwrap_or(data.len() as u64);
     if offset >= visible {
-        return Err(resp(
-            Status::ErrorOutOfRange,
-            &format!("offset {offset} >= visible {visible}"),
-        ));
+        let msg = format!("offset {offset} >= visible {visible}");
+        return Err(resp(Status::ErrorOutOfRange, &msg));
     }
-    Ok((data[..visible as usize].to_vec(), visible, s.corrupt_reads))
+    let from = offset / u64::from(BPC) * u64::from(BPC);
+    let to = end.min(visible);
+    Ok(Served {
+        data: data[from as usize..to as usize].to_vec(),
+        from,
+        visible,
+        corrupt: s.corrupt_reads,
+    })
 }
 
-fn chunk_frame(data: &[u8], from: u64, to: u64, corrupt: bool) -> Frame<Message> {
-    let slice = &data[from as usize..to as usize];
+/// A chunk of `[from, to)` (block offsets) out of `s`.
+fn chunk_frame(s: &Served, from: u64, to: u64) -> Frame<Message> {
+    let slice = &s.data[(from - s.from) as usize..(to - s.from) as usize];
     let mut payload = checksum::compute(slice, BPC);
     let mut body = slice.to_vec();
-    if corrupt && !body.is_empty() {
+    if s.corrupt && !body.is_empty() {
         body[0] ^= 0xff;
     }
     payload.extend_from_slice(&body);
@@ -293,18 +304,18 @@ fn ok_with(block: &ExtendedBlock, visible: u64) -> Frame<Message> {
 
 async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Option<()> {
     st.lock().unwrap().read_ops += 1;
-    let (data, visible, corrupt) = match serve_bytes(st, &r.block, r.offset) {
+    let s = match serve_bytes(st, &r.block, r.offset, r.offset.saturating_add(r.length)) {
         Ok(x) => x,
         Err(f) => return conn.send(f).await.ok(),
     };
-    conn.send(ok_with(&r.block, visible)).await.ok()?;
+    conn.send(ok_with(&r.block, s.visible)).await.ok()?;
     let piece = if r.piece_size == 0 {
         1 << 20
     } else {
         u64::from(r.piece_size)
     };
-    let end = (r.offset + r.length).min(visible);
-    let mut at = r.offset / u64::from(BPC) * u64::from(BPC);
+    let end = s.from + s.data.len() as u64;
+    let mut at = s.from;
     let mut cut = st.lock().unwrap().cut_stream_after.take();
     while at < end {
         if cut == Some(0) {
@@ -312,7 +323,7 @@ async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Opt
         }
         cut = cut.map(|c| c - 1);
         let to = (at + piece).min(end);
-        conn.send(chunk_frame(&data, at, to, corrupt)).await.ok()?;
+        conn.send(chunk_frame(&s, at, to)).await.ok()?;
         at = to;
     }
     let fin = ReadEnd {
@@ -324,12 +335,11 @@ async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Opt
 
 async fn read_chunk(conn: &mut Conn, st: &Mutex<DnState>, r: ReadChunkOp) -> Option<()> {
     st.lock().unwrap().chunk_ops += 1;
-    let (data, visible, corrupt) = match serve_bytes(st, &r.block, r.offset) {
+    let s = match serve_bytes(st, &r.block, r.offset, r.offset.saturating_add(r.length)) {
         Ok(x) => x,
         Err(f) => return conn.send(f).await.ok(),
     };
-    conn.send(ok_with(&r.block, visible)).await.ok()?;
-    let from = r.offset / u64::from(BPC) * u64::from(BPC);
-    let to = (r.offset + r.length).min(visible);
-    conn.send(chunk_frame(&data, from, to, corrupt)).await.ok()
+    conn.send(ok_with(&r.block, s.visible)).await.ok()?;
+    let to = s.from + s.data.len() as u64;
+    conn.send(chunk_frame(&s, s.from, to)).await.ok()
 }
