@@ -25,3 +25,16 @@ pub use sluice_common::rpc::{
     ClusterReport, FileKind, FileStatus, FsckReport, Health, LocatedBlock, LocatedBlocks,
 };
 pub use write::{FileWriter, WriteOptions};
+
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        send_sync::<super::FileSystem>();
+        send_sync::<super::FileWriter>();
+        send_sync::<super::FileReader>();
+        send_sync::<super::ClientError>();
+    }
+}

@@ -76,7 +76,9 @@ pub struct FileReader {
     ctx: Arc<ReadCtx>,
     pos: u64,
     cursor: Option<Cursor>,
-    pending: Option<FillFuture>,
+    /// A refill in progress. In a `Mutex` only so that `FileReader` is `Sync` (for `read_at`
+    /// from several tasks); it is reached through `get_mut`, never locked.
+    pending: std::sync::Mutex<Option<FillFuture>>,
 }
 
 impl std::fmt::Debug for FileReader {
@@ -142,7 +144,7 @@ impl FileReader {
             cursor: Some(Cursor::new(Arc::clone(&ctx))),
             ctx,
             pos: 0,
-            pending: None,
+            pending: std::sync::Mutex::new(None),
         })
     }
 
@@ -190,9 +192,10 @@ impl FileReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<Result<(), ClientError>> {
         loop {
-            if let Some(fut) = self.pending.as_mut() {
+            let pending = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
+            if let Some(fut) = pending.as_mut() {
                 let (cursor, r) = ready!(fut.as_mut().poll(cx));
-                self.pending = None;
+                *pending = None;
                 self.cursor = Some(cursor);
                 r?;
             }
@@ -211,10 +214,11 @@ impl FileReader {
                 return Poll::Ready(Ok(()));
             }
             let pos = self.pos;
-            self.pending = Some(Box::pin(async move {
+            let fut: FillFuture = Box::pin(async move {
                 let r = cursor.fill(pos).await;
                 (cursor, r)
-            }));
+            });
+            *self.pending.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(fut);
         }
     }
 }

@@ -66,7 +66,9 @@ pub struct FileWriter {
     /// The permit of the packet being filled.
     permit: Option<OwnedSemaphorePermit>,
     shared: Arc<WriterShared>,
-    op: Option<(OpKind, OpFuture)>,
+    /// A flush or close in progress. In a `Mutex` only so that `FileWriter` is `Sync`; it
+    /// is reached through `get_mut`, never locked.
+    op: std::sync::Mutex<Option<(OpKind, OpFuture)>>,
     closed: Option<Result<(), ClientError>>,
     bytes_written: u64,
     lease: LeaseGuard,
@@ -115,7 +117,7 @@ impl FileWriter {
             tx,
             permit: None,
             shared,
-            op: None,
+            op: std::sync::Mutex::new(None),
             closed: None,
             bytes_written: 0,
             lease,
@@ -155,10 +157,11 @@ impl FileWriter {
     /// Drives the pending op (if any) and then `kind` to completion.
     fn poll_op(&mut self, cx: &mut Context<'_>, kind: OpKind) -> Poll<Result<(), ClientError>> {
         loop {
-            if let Some((running, fut)) = self.op.as_mut() {
+            let op = self.op.get_mut().unwrap_or_else(|p| p.into_inner());
+            if let Some((running, fut)) = op.as_mut() {
                 let running = *running;
                 let r = ready!(fut.as_mut().poll(cx));
-                self.op = None;
+                *op = None;
                 if running == OpKind::Close {
                     self.closed = Some(r.clone());
                     self.lease.release();
@@ -178,7 +181,7 @@ impl FileWriter {
                 });
             }
             let fut = self.start_op(kind);
-            self.op = Some((kind, fut));
+            *self.op.get_mut().unwrap_or_else(|p| p.into_inner()) = Some((kind, fut));
         }
     }
 
@@ -267,8 +270,13 @@ impl FileWriter {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<Result<usize, ClientError>> {
-        if self.op.is_some() {
-            let kind = self.op.as_ref().map(|(k, _)| *k).unwrap_or(OpKind::Close);
+        let running = self
+            .op
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(k, _)| *k);
+        if let Some(kind) = running {
             ready!(self.poll_op(cx, kind))?;
         }
         if self.closed.is_some() {
