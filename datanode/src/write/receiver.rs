@@ -253,8 +253,18 @@ async fn run(
         downstream_lost,
     };
     let outcome = lp.run(&mut reader, &broken, &stop).await;
+    // Acks of packets before a local error (or the last packet) still come from downstream:
+    // keep its connection open until the responder is done. Otherwise close it now.
+    let mut keep_downstream = lp.downstream.take();
     drop(lp);
+    if !matches!(
+        outcome,
+        Outcome::Finished | Outcome::LocalError | Outcome::Broken
+    ) {
+        keep_downstream = None;
+    }
     finish(&ctx, outcome, writer, responder).await;
+    drop(keep_downstream);
 }
 
 async fn finish(
