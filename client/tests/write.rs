@@ -320,3 +320,29 @@ async fn leases_are_renewed_while_a_writer_is_open() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn hsync_after_hflush_sends_an_empty_sync_packet() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let meta = start_meta(vec![dn.id.clone()]).await;
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/sync", opts(1 << 20)).await.unwrap();
+        w.write_all(&bytes(700, 9)).await.unwrap();
+        w.hflush().await.unwrap();
+        w.hsync().await.unwrap();
+        {
+            let st = dn.st();
+            let last = st.packets.iter().rfind(|h| h.seqno >= 0).unwrap();
+            assert_eq!((last.data_len, last.sync, last.last), (0, true, false));
+            assert_eq!(
+                last.offset_in_block, 512,
+                "the chunk holding the end of the data"
+            );
+            assert!(st.violations.is_empty(), "{:?}", st.violations);
+        }
+        assert_eq!(meta.st().fsyncs, vec![700]);
+        w.close().await.unwrap();
+    })
+    .await;
+}
