@@ -453,6 +453,9 @@ impl Streamer {
     }
 
     /// `add_block`, retried with backoff while the previous block is not replicated yet.
+    /// The metadata service answers a repeated `add_block` (same `previous`, block untouched)
+    /// with the same block, and a repeated `complete`/`abandon_block` with the same outcome,
+    /// so these calls are retried after a reconnection.
     async fn add_block(&self, excluded: &[NodeId]) -> Result<LocatedBlock, ClientError> {
         let deadline = Instant::now() + self.fs.cfg.rpc_timeout.get();
         let mut delay = Duration::from_millis(100);
@@ -461,7 +464,7 @@ impl Streamer {
             let (prev, excl) = (self.previous, excluded.to_vec());
             let r = self
                 .fs
-                .call("add_block", false, |c, ctx| {
+                .call("add_block", true, |c, ctx| {
                     let (path, client, excl) = (path.clone(), client.clone(), excl.clone());
                     async move { c.add_block(ctx, path, client, prev, excl).await }
                 })
@@ -483,7 +486,7 @@ impl Streamer {
         let (path, client, block) = (self.path.clone(), self.fs.client_name.clone(), lb.block);
         let r = self
             .fs
-            .call("abandon_block", false, |c, ctx| {
+            .call("abandon_block", true, |c, ctx| {
                 let (path, client) = (path.clone(), client.clone());
                 async move { c.abandon_block(ctx, path, client, block).await }
             })
@@ -507,7 +510,7 @@ impl Streamer {
             );
             let done = self
                 .fs
-                .call("complete", false, |c, ctx| {
+                .call("complete", true, |c, ctx| {
                     let (path, client) = (path.clone(), client.clone());
                     async move { c.complete(ctx, path, client, last).await }
                 })
