@@ -16,8 +16,10 @@
 //!   `OpResponse`), then the connections close as for any local error;
 //! - `drop`: the connections are closed at once, nothing sent (a crash as the peers see it).
 //!
-//! Example: `fail::cfg("dn::before_write", "1*return(40123:error)")`. A value that names
-//! another DataNode, or does not parse, leaves the point inert.
+//! Example: `fail::cfg("dn::before_write", "return(40123:error)")`. A value that names
+//! another DataNode, or does not parse, leaves the point inert. Beware of counts
+//! (`1*return(..)`): every DataNode that reaches the point consumes one, whether or not it is
+//! the one named, so a count can be used up by another node.
 
 /// What a fired failpoint makes the DataNode do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
