@@ -312,18 +312,11 @@ async fn read_range_from(
                     conn.node(),
                     ctx.params.verify,
                 )?;
-                let chunk_end = h.offset + data.len() as u64;
                 if h.offset > filled {
                     let reason = format!("chunk at {} leaves a hole after {filled}", h.offset);
                     return Err(ClientError::protocol(conn.node(), reason));
                 }
-                let from = filled.max(h.offset);
-                let to = chunk_end.min(end);
-                if to > from {
-                    let src = &data[(from - h.offset) as usize..(to - h.offset) as usize];
-                    out[(from - bpos) as usize..(to - bpos) as usize].copy_from_slice(src);
-                    filled = to;
-                }
+                filled = copy_overlap(h.offset, &data, filled, bpos, out);
             }
             Message::ReadEnd(e) if e.status.is_success() => break,
             Message::ReadEnd(e) => {
@@ -344,4 +337,18 @@ async fn read_range_from(
         });
     }
     Ok(())
+}
+
+/// Copies the part of `data` (at block offset `at`) past `filled` into `out` (which holds block
+/// offsets `[bpos, bpos + out.len())`); returns the new `filled`.
+fn copy_overlap(at: u64, data: &[u8], filled: u64, bpos: u64, out: &mut [u8]) -> u64 {
+    let end = bpos + out.len() as u64;
+    let from = filled.max(at);
+    let to = (at + data.len() as u64).min(end);
+    if to <= from {
+        return filled;
+    }
+    let src = &data[(from - at) as usize..(to - at) as usize];
+    out[(from - bpos) as usize..(to - bpos) as usize].copy_from_slice(src);
+    to
 }

@@ -64,13 +64,6 @@ impl Pipeline {
                 ),
             });
         };
-        let blame_first = |error| SetupFailure {
-            bad: Some(first.clone()),
-            error,
-        };
-        let mut conn = DnConnection::connect(first, settings)
-            .await
-            .map_err(blame_first)?;
         let op = WriteBlockOp {
             block: ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0),
             stage: BlockStage::Create,
@@ -79,44 +72,7 @@ impl Pipeline {
             bytes_per_checksum: bpc,
             latest_gen_stamp: lb.block.gen_stamp,
         };
-        conn.send_op(Op::WriteBlock(op))
-            .await
-            .map_err(blame_first)?;
-        let frame = conn
-            .recv("the WriteBlock response")
-            .await
-            .map_err(blame_first)?;
-        let resp = match frame.header {
-            Message::OpResponse(r) => r,
-            other => {
-                let reason = format!(
-                    "expected an OpResponse to WriteBlock, got {}",
-                    crate::connection::message_name(&other)
-                );
-                return Err(blame_first(ClientError::protocol(conn.node(), reason)));
-            }
-        };
-        if !resp.status.is_success() {
-            let bad = resp
-                .first_bad_link
-                .as_deref()
-                .and_then(|addr| lb.locations.iter().find(|d| d.data_addr == addr))
-                .unwrap_or(first)
-                .clone();
-            let mut message = resp.message.clone();
-            if let Some(link) = &resp.first_bad_link {
-                message = format!("{message} (first bad link {link})");
-            }
-            return Err(SetupFailure {
-                bad: Some(bad),
-                error: crate::connection::status_error(
-                    conn.node(),
-                    lb.block.id,
-                    resp.status,
-                    &message,
-                ),
-            });
-        }
+        let conn = set_up(first, op, &lb.locations, settings).await?;
         let (reader, writer) = conn.split();
         let now = Instant::now();
         Ok(Pipeline {
@@ -200,4 +156,57 @@ impl Pipeline {
     pub(crate) fn heartbeat_due(&self) -> Instant {
         self.last_send + self.settings.timeout / 2
     }
+}
+
+/// Connects to `first`, sends `op`, and waits for the set-up answer. A failure blames the
+/// `first_bad_link` DataNode when it is one of `nodes`, else `first`.
+async fn set_up(
+    first: &DatanodeId,
+    op: WriteBlockOp,
+    nodes: &[DatanodeId],
+    settings: DnSettings,
+) -> Result<DnConnection, SetupFailure> {
+    let block = op.block.id;
+    let blame_first = |error| SetupFailure {
+        bad: Some(first.clone()),
+        error,
+    };
+    let mut conn = DnConnection::connect(first, settings)
+        .await
+        .map_err(blame_first)?;
+    conn.send_op(Op::WriteBlock(op))
+        .await
+        .map_err(blame_first)?;
+    let frame = conn
+        .recv("the WriteBlock response")
+        .await
+        .map_err(blame_first)?;
+    let resp = match frame.header {
+        Message::OpResponse(r) => r,
+        other => {
+            let reason = format!(
+                "expected an OpResponse to WriteBlock, got {}",
+                crate::connection::message_name(&other)
+            );
+            return Err(blame_first(ClientError::protocol(conn.node(), reason)));
+        }
+    };
+    if resp.status.is_success() {
+        return Ok(conn);
+    }
+    let bad = resp
+        .first_bad_link
+        .as_deref()
+        .and_then(|addr| nodes.iter().find(|d| d.data_addr == addr))
+        .unwrap_or(first)
+        .clone();
+    let mut message = resp.message.clone();
+    if let Some(link) = &resp.first_bad_link {
+        message = format!("{message} (first bad link {link})");
+    }
+    let error = crate::connection::status_error(conn.node(), block, resp.status, &message);
+    Err(SetupFailure {
+        bad: Some(bad),
+        error,
+    })
 }
