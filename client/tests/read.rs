@@ -277,3 +277,20 @@ async fn a_stream_dropped_after_progress_is_reopened_on_the_same_replica() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_broken_metadata_connection_is_reestablished() {
+    within(20, async {
+        let meta = start_meta(vec![]).await;
+        let fs = connect(config(&meta)).await;
+        let dn = start_dn("dn1").await;
+        seed_file(&meta, "/x", &[(b"abc", &[&dn])]);
+        assert_eq!(fs.stat("/x").await.unwrap().length, 3);
+        meta.drop_connections.notify_waiters();
+        // The first call after the break may see it; an idempotent call is retried on a new
+        // connection, so it succeeds.
+        assert_eq!(fs.stat("/x").await.unwrap().length, 3);
+        assert_eq!(fs.list("/").await.unwrap().len(), 1);
+    })
+    .await;
+}

@@ -324,6 +324,8 @@ impl ClientProtocol for FakeMeta {
 pub struct MetaHandle {
     pub addr: String,
     pub state: Arc<Mutex<MetaState>>,
+    /// Closes every open connection (new ones are still accepted).
+    pub drop_connections: Arc<tokio::sync::Notify>,
     _task: tokio_util::task::AbortOnDropHandle<()>,
 }
 
@@ -343,30 +345,38 @@ pub async fn start_meta(datanodes: Vec<DatanodeId>) -> MetaHandle {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let st = Arc::clone(&state);
+    let drop_connections = Arc::new(tokio::sync::Notify::new());
+    let kill = Arc::clone(&drop_connections);
     let task = tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else {
                 return;
             };
             let st = Arc::clone(&st);
+            let kill = Arc::clone(&kill);
             tokio::spawn(async move {
+                let killed = kill.notified();
                 let mut pre = [0u8; 4];
                 if sock.read_exact(&mut pre).await.is_err() || pre != CLIENT_PREAMBLE {
                     return;
                 }
                 let channel = BaseChannel::with_defaults(transport(sock));
-                channel
+                let serve = channel
                     .execute(FakeMeta(st).serve())
                     .for_each(|f| async move {
                         tokio::spawn(f);
-                    })
-                    .await;
+                    });
+                tokio::select! {
+                    _ = serve => {}
+                    _ = killed => {}
+                }
             });
         }
     });
     MetaHandle {
         addr,
         state,
+        drop_connections,
         _task: tokio_util::task::AbortOnDropHandle::new(task),
     }
 }
