@@ -31,6 +31,8 @@ use tracing::Instrument;
 
 /// Deadline of each call to the metadata service.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful stop waits for a call to the metadata service in flight.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Why a registration ended.
 enum End {
@@ -56,15 +58,28 @@ async fn run_inner(ctx: Ctx, tracker: TaskTracker) {
         .clamp(Duration::from_millis(200), Duration::from_secs(5));
     let mut backoff = Backoff::new(Duration::from_millis(50), max);
     loop {
-        let end = match register(&ctx).await {
-            Ok(client) => {
-                backoff.reset();
-                serve(&ctx, &client, &tracker).await
+        let session = async {
+            match register(&ctx).await {
+                Ok(client) => {
+                    backoff.reset();
+                    serve(&ctx, &client, &tracker).await
+                }
+                Err(e) => {
+                    tracing::debug!("registration failed: {e}");
+                    End::Disconnected
+                }
             }
-            Err(e) => {
-                tracing::debug!("registration failed: {e}");
-                End::Disconnected
-            }
+        };
+        // A call in flight when the node stops gets a short grace (pending replica events are
+        // sent on the way out), not its whole RPC deadline.
+        let end = tokio::select! {
+            biased;
+            end = session => end,
+            _ = ctx.kill.cancelled() => End::Stop,
+            _ = async {
+                ctx.shutdown.cancelled().await;
+                tokio::time::sleep(STOP_GRACE).await;
+            } => End::Stop,
         };
         ctx.set_registered(false);
         match end {

@@ -133,9 +133,6 @@ async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
             let r = ctx
                 .blocking(move || ds.create(id, latest, bpc, stage))
                 .await?;
-            if r.header.bytes_per_checksum != bpc {
-                return Err(DatanodeError::invalid("bytes per checksum mismatch"));
-            }
             Ok(Prepared::Open(r))
         }
         BlockStage::StreamingRecovery => {

@@ -140,8 +140,13 @@ impl DatanodeProtocol for FakeMeta {
 
 /// Starts the fake metadata service on a free port.
 pub async fn fake_meta() -> (SocketAddr, FakeMeta) {
+    fake_meta_on("127.0.0.1:0".parse().unwrap()).await
+}
+
+/// Starts the fake metadata service on `addr`.
+pub async fn fake_meta_on(addr: SocketAddr) -> (SocketAddr, FakeMeta) {
     sluice_common::telemetry::init("warn");
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let meta = FakeMeta::default();
     let m = meta.clone();
