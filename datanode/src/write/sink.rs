@@ -7,6 +7,11 @@
 //! positional writes as it arrives. The buffered sink of write-memory batching (HDFS-17973)
 //! implements the same trait: it would hold packets in a pooled buffer and write them in large
 //! sequential flushes, with `bytes_on_disk` lagging behind `bytes_received` until a flush.
+//!
+//! Crash-safety order of the direct sink: per packet, the new data bytes go to the block file,
+//! then the packet's checksums to the meta file, then `bytes_on_disk` rises (a crash in between
+//! leaves checksums behind the data, which the start-up scan trims to what verifies). `sync`
+//! fdatasyncs the block file, then the meta file; only then is an hsync packet acknowledged.
 
 use crate::error::{DatanodeError, IoContext, Result};
 use crate::metrics::Metrics;
