@@ -145,7 +145,8 @@ impl Dataset {
             .ok_or_else(|| DatanodeError::invalid(format!("stage {stage:?} does not create")))?;
         let _g = self.guard();
         if let Some(old) = self.get(id) {
-            if old.gen_stamp >= gs {
+            // A Temporary replica is a failed or abandoned transfer: always replaceable.
+            if old.gen_stamp >= gs && old.state != ReplicaState::Temporary {
                 return Err(DatanodeError::ReplicaExists {
                     block: id,
                     gen_stamp: old.gen_stamp,
@@ -394,6 +395,20 @@ impl Dataset {
         }
         self.metrics.replicas_deleted.inc();
         Ok(Some(reported))
+    }
+
+    /// Removes the Temporary replica of `id` whose writer holds `live` (a transfer that
+    /// failed), if it is still there.
+    pub fn delete_temporary(&self, id: BlockId, live: &Arc<ReplicaLive>) -> Result<()> {
+        let _g = self.guard();
+        match self.get(id) {
+            Some(e) if e.state == ReplicaState::Temporary && Arc::ptr_eq(&e.live, live) => {
+                self.map.remove(&id);
+                self.remove_files(&e);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     fn remove_files(&self, e: &ReplicaEntry) {

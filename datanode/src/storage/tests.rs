@@ -254,3 +254,35 @@ fn create_refuses_same_generation_and_replaces_older_one() {
         .is_some());
     assert!(ds.get(BlockId(8)).is_none());
 }
+
+#[test]
+fn a_failed_transfer_leaves_nothing_and_can_be_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, _) = open(&[dir.path().to_path_buf()]);
+    let stage = BlockStage::TransferFinalized;
+    let first = ds
+        .create(BlockId(9), GenerationStamp(4), 512, stage)
+        .unwrap();
+    assert_eq!(first.entry.state, ReplicaState::Temporary);
+    assert!(first.entry.dir.starts_with(layout::tmp_dir(dir.path())));
+    assert!(
+        ds.report().is_empty(),
+        "Temporary replicas are not reported"
+    );
+    let retry = ds
+        .create(BlockId(9), GenerationStamp(4), 512, stage)
+        .unwrap();
+    ds.delete_temporary(BlockId(9), &first.entry.live).unwrap();
+    assert!(
+        ds.get(BlockId(9)).is_some(),
+        "only the failed attempt's replica is removed"
+    );
+    ds.delete_temporary(BlockId(9), &retry.entry.live).unwrap();
+    assert!(ds.get(BlockId(9)).is_none());
+    assert_eq!(
+        std::fs::read_dir(layout::tmp_dir(dir.path()))
+            .unwrap()
+            .count(),
+        0
+    );
+}

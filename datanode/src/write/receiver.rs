@@ -72,6 +72,14 @@ async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstre
             return;
         }
     };
+    if let Prepared::Closed(entry) = &prepared {
+        // Finalized during set-up: reported whatever happens to the answer.
+        tracing::info!(
+            len = entry.reported_length(),
+            "close recovery finalized the replica"
+        );
+        ctx.events.push(ReplicaEvent::Received(entry.block()));
+    }
     match ctx.scope.check("dn::setup") {
         Some(FailAction::Drop) => return,
         Some(FailAction::Error) => {
@@ -100,15 +108,8 @@ async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstre
         tracing::warn!("cannot answer the set-up: {e}");
         return;
     }
-    match prepared {
-        Prepared::Closed(entry) => {
-            tracing::info!(
-                len = entry.reported_length(),
-                "close recovery finalized the replica"
-            );
-            ctx.events.push(ReplicaEvent::Received(entry.block()));
-        }
-        Prepared::Open(replica) => run(ctx, op, replica, reader, upstream, downstream).await,
+    if let Prepared::Open(replica) = prepared {
+        run(ctx, op, replica, reader, upstream, downstream).await;
     }
 }
 
@@ -116,7 +117,20 @@ async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstre
 async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
     let id = op.block.id;
     if let Some(old) = ctx.dataset.get(id) {
-        let replaces = op.stage.is_recovery() || old.gen_stamp < op.latest_gen_stamp;
+        if op.stage == BlockStage::StreamingRecovery
+            && old.bytes_per_checksum != op.bytes_per_checksum
+        {
+            return Err(DatanodeError::InvalidReplica {
+                block: id,
+                reason: format!(
+                    "stored with {} bytes per checksum, not {}",
+                    old.bytes_per_checksum, op.bytes_per_checksum
+                ),
+            });
+        }
+        let replaces = op.stage.is_recovery()
+            || old.gen_stamp < op.latest_gen_stamp
+            || old.state == ReplicaState::Temporary;
         if replaces {
             stop_writer(ctx, &old).await?;
         }
@@ -142,15 +156,6 @@ async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
             let r = r.ok_or_else(|| {
                 DatanodeError::invalid("streaming recovery of a finalized replica")
             })?;
-            if r.header.bytes_per_checksum != bpc {
-                return Err(DatanodeError::InvalidReplica {
-                    block: id,
-                    reason: format!(
-                        "stored with {} bytes per checksum, not {bpc}",
-                        r.header.bytes_per_checksum
-                    ),
-                });
-            }
             Ok(Prepared::Open(r))
         }
         BlockStage::CloseRecovery => {
@@ -211,6 +216,7 @@ async fn run(
     downstream: Option<Downstream>,
 ) {
     let live = replica.entry.live.clone();
+    let mine = live.clone();
     let stop = CancellationToken::new();
     let _writer_done = live.attach_writer(stop.clone());
     let settings = WriterSettings {
@@ -260,8 +266,17 @@ async fn run(
     ) {
         keep_downstream = None;
     }
+    let failed_transfer = op.stage.is_transfer() && outcome != Outcome::Finished;
+    let killed = outcome == Outcome::Killed;
     finish(&ctx, outcome, writer, responder).await;
     drop(keep_downstream);
+    if failed_transfer && !killed {
+        // A partial copy is worth nothing: drop the Temporary replica now.
+        let (ds, id) = (ctx.dataset.clone(), op.block.id);
+        if let Err(e) = ctx.blocking(move || ds.delete_temporary(id, &mine)).await {
+            tracing::warn!("cannot remove the failed transfer's replica: {e}");
+        }
+    }
 }
 
 async fn finish(
