@@ -1,0 +1,122 @@
+//! A raw data-transfer client for tests: talks frames to one DataNode directly, to check a
+//! specific replica or to send it malformed input.
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use sluice_common::checksum;
+use sluice_common::frame::{Frame, FrameCodec};
+use sluice_common::proto::{
+    Message, Op, OpResponse, ReadBlockOp, ReplicaInfo, ReplicaInfoOp, PROTOCOL_VERSION,
+};
+use sluice_common::{ExtendedBlock, Status};
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+/// A framed connection to one DataNode.
+pub struct RawConn {
+    framed: Framed<TcpStream, FrameCodec<Message>>,
+}
+
+impl RawConn {
+    /// Connects to `addr` (`host:port`).
+    pub async fn connect(addr: &str) -> anyhow::Result<RawConn> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        Ok(RawConn {
+            framed: Framed::new(stream, FrameCodec::default()),
+        })
+    }
+
+    /// Sends an op.
+    pub async fn send_op(&mut self, op: Op) -> anyhow::Result<()> {
+        self.framed
+            .send(Frame::new(Message::Op {
+                version: PROTOCOL_VERSION,
+                op,
+            }))
+            .await?;
+        Ok(())
+    }
+
+    /// The next frame, or `None` at end of stream.
+    pub async fn next(&mut self) -> anyhow::Result<Option<Frame<Message>>> {
+        match self.framed.next().await {
+            None => Ok(None),
+            Some(r) => Ok(Some(r?)),
+        }
+    }
+
+    /// The next frame, which must be an `OpResponse`.
+    pub async fn op_response(&mut self) -> anyhow::Result<OpResponse> {
+        match self.next().await? {
+            Some(Frame {
+                header: Message::OpResponse(r),
+                ..
+            }) => Ok(r),
+            other => bail!("expected an OpResponse, got {other:?}"),
+        }
+    }
+
+    /// The underlying socket, to write raw bytes.
+    pub fn socket(&mut self) -> &mut TcpStream {
+        self.framed.get_mut()
+    }
+
+    /// Asks for the replica's state and visible length.
+    pub async fn replica_info(&mut self, block: ExtendedBlock) -> anyhow::Result<OpResponse> {
+        self.send_op(Op::ReplicaInfo(ReplicaInfoOp { block }))
+            .await?;
+        self.op_response().await
+    }
+
+    /// Streams the whole visible replica with `ReadBlock`, verifying every chunk's CRC32C
+    /// against the checksums the DataNode stored. Returns the bytes and the replica info.
+    pub async fn read_replica(
+        &mut self,
+        block: ExtendedBlock,
+    ) -> anyhow::Result<(Vec<u8>, ReplicaInfo)> {
+        self.send_op(Op::ReadBlock(ReadBlockOp {
+            block,
+            offset: 0,
+            length: u64::MAX,
+            piece_size: 0,
+        }))
+        .await?;
+        let resp = self.op_response().await?;
+        anyhow::ensure!(resp.status == Status::Success, "ReadBlock failed: {resp:?}");
+        let info = resp
+            .replica
+            .context("ReadBlock answer without replica info")?;
+        let mut out = Vec::new();
+        loop {
+            let frame = self.next().await?.context("stream ended before ReadEnd")?;
+            match frame.header {
+                Message::Chunk(h) => {
+                    anyhow::ensure!(
+                        h.offset == out.len() as u64,
+                        "chunk at {} expected {}",
+                        h.offset,
+                        out.len()
+                    );
+                    let sums_len =
+                        checksum::checksum_len(h.data_len as usize, h.bytes_per_checksum);
+                    let payload: Bytes = frame.payload;
+                    anyhow::ensure!(
+                        payload.len() == sums_len + h.data_len as usize,
+                        "payload length"
+                    );
+                    let (sums, data) = payload.split_at(sums_len);
+                    checksum::verify(data, sums, h.bytes_per_checksum, h.offset)?;
+                    out.extend_from_slice(data);
+                }
+                Message::ReadEnd(end) => {
+                    anyhow::ensure!(end.status == Status::Success, "ReadEnd: {end:?}");
+                    return Ok((out, info));
+                }
+                other => bail!("unexpected frame {other:?}"),
+            }
+        }
+    }
+}
