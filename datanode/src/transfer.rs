@@ -65,9 +65,12 @@ pub(crate) async fn transfer(ctx: &Ctx, op: TransferBlockOp) -> Result<ExtendedB
             reason: f.message,
         })?;
     let addr = ds.addr.clone();
-    let packets = op.block.num_bytes.div_ceil(PACKET_DATA) as i64;
+    // Packets start on chunk boundaries: a multiple of bytes per checksum, about 64 KiB.
+    let bpc = wop.bytes_per_checksum as u64;
+    let packet = (PACKET_DATA / bpc * bpc).max(bpc);
+    let packets = op.block.num_bytes.div_ceil(packet) as i64;
     let (send, acks) = tokio::join!(
-        send_packets(ctx, replica, op.block.num_bytes, on_disk, ds.writer),
+        send_packets(ctx, replica, packet, op.block.num_bytes, on_disk, ds.writer),
         read_acks(ctx, ds.reader, packets, &addr)
     );
     send?;
@@ -79,6 +82,7 @@ pub(crate) async fn transfer(ctx: &Ctx, op: TransferBlockOp) -> Result<ExtendedB
 async fn send_packets(
     ctx: &Ctx,
     replica: Arc<crate::storage::dataset::ReadReplica>,
+    packet: u64,
     len: u64,
     on_disk: u64,
     mut w: FrameWriter,
@@ -87,7 +91,7 @@ async fn send_packets(
     let mut seqno = 0i64;
     let mut offset = 0u64;
     while offset < len {
-        let n = PACKET_DATA.min(len - offset) as usize;
+        let n = packet.min(len - offset) as usize;
         let r = replica.clone();
         let piece = ctx
             .blocking(move || read_piece(&r, offset, n, on_disk))

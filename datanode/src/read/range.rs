@@ -8,7 +8,7 @@
 //! verified first; if it does not match, the stored one is sent so that the client sees the
 //! corruption.
 
-use crate::error::Result;
+use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
 use crate::storage::meta;
 use bytes::Bytes;
@@ -40,6 +40,11 @@ impl Piece {
 /// replica's length on disk when the read began.
 pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> Result<Piece> {
     let bpc = r.entry.bytes_per_checksum as u64;
+    if bpc == 0 || !start.is_multiple_of(bpc) {
+        return Err(DatanodeError::invalid(format!(
+            "read at {start} is not on a chunk boundary of {bpc} bytes"
+        )));
+    }
     let mut data = vec![0u8; len];
     meta::read_exact_at(&r.block, &mut data, start, &r.block_path)?;
     let chunks = checksum::chunk_count(len, r.entry.bytes_per_checksum) as u64;
@@ -49,7 +54,7 @@ pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> R
     if tail != 0 && len > 0 {
         let chunk_start = end - tail;
         let stored_end = (chunk_start + bpc).min(stored_len);
-        if stored_end != end {
+        if stored_end > end {
             let sent = &data[(chunk_start - start) as usize..];
             let finalized = r.entry.state == ReplicaState::Finalized;
             if !finalized || stored_chunk_ok(r, chunk_start, sent, stored_end)? {

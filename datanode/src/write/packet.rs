@@ -86,7 +86,7 @@ impl PacketValidator {
             }
             self.received = self.received.max(h.offset_in_block + data_len as u64);
         }
-        self.next_seqno = Some(h.seqno + 1);
+        self.next_seqno = Some(h.seqno.saturating_add(1));
         Ok(if h.last {
             PacketKind::Last
         } else {

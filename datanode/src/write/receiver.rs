@@ -26,6 +26,7 @@ use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::failpoint::FailAction;
 use crate::storage::dataset::OpenReplica;
+use crate::storage::meta::MAX_BYTES_PER_CHECKSUM;
 use crate::storage::replica::ReplicaEntry;
 use crate::wire::{self, FrameReader, FrameWriter};
 use actix::{Actor, Addr};
@@ -116,6 +117,12 @@ async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstre
 /// Checks the op and prepares the local replica for its stage.
 async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
     let id = op.block.id;
+    if op.bytes_per_checksum == 0 || op.bytes_per_checksum > MAX_BYTES_PER_CHECKSUM {
+        return Err(DatanodeError::invalid(format!(
+            "bytes_per_checksum {} must be in 1..={MAX_BYTES_PER_CHECKSUM}",
+            op.bytes_per_checksum
+        )));
+    }
     if let Some(old) = ctx.dataset.get(id) {
         if op.stage == BlockStage::StreamingRecovery
             && old.bytes_per_checksum != op.bytes_per_checksum
