@@ -129,7 +129,7 @@ pub async fn run(cmd: &DfsCommand, g: &Globals) -> anyhow::Result<ExitCode> {
         } => {
             let opts = WriteOptions {
                 overwrite: *force,
-                create_parent: false,
+                create_parent: true, // as Hadoop's FileSystem.create: parents are made
                 replication: *replication,
                 block_size: block_size.map(|b| b.bytes()),
             };

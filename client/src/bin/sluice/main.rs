@@ -11,6 +11,8 @@
 mod admin;
 mod dfs;
 mod format;
+#[cfg(feature = "embedded")]
+mod local;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -46,6 +48,9 @@ enum Command {
     Dfs(dfs::DfsCommand),
     #[command(flatten)]
     Admin(admin::AdminCommand),
+    /// Run a metadata service and DataNodes in this process (a development cluster).
+    #[cfg(feature = "embedded")]
+    Local(local::LocalArgs),
 }
 
 impl Command {
@@ -53,6 +58,8 @@ impl Command {
         match self {
             Command::Dfs(c) => c.name(),
             Command::Admin(c) => c.name(),
+            #[cfg(feature = "embedded")]
+            Command::Local(_) => "local",
         }
     }
 }
@@ -61,16 +68,18 @@ impl Command {
 pub struct Globals {
     /// The client configuration (file, environment, then `--metadata`).
     pub config: ClientConfig,
+    /// The whole configuration (file and environment), for commands that run services.
+    pub full: SluiceConfig,
 }
 
 impl Globals {
     fn load(cli: &Cli) -> anyhow::Result<Globals> {
         let all = SluiceConfig::load(cli.config.as_deref()).context("loading the configuration")?;
-        let mut config = all.client;
+        let mut config = all.client.clone();
         if let Some(addr) = &cli.metadata {
             config.metadata_address = addr.clone();
         }
-        Ok(Globals { config })
+        Ok(Globals { config, full: all })
     }
 
     /// Connects to the metadata service.
@@ -84,6 +93,8 @@ async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Dfs(c) => dfs::run(c, &globals).await,
         Command::Admin(c) => admin::run(c, &globals).await,
+        #[cfg(feature = "embedded")]
+        Command::Local(args) => local::run(args, &globals).await,
     }
 }
 
@@ -106,7 +117,16 @@ fn one_line(e: &anyhow::Error) -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Only errors by default, so that a failure is one line on stderr; RUST_LOG shows more.
-    sluice_common::telemetry::init("error");
+    // `local` runs services, whose start-up and warnings an operator wants to see.
+    #[cfg(feature = "embedded")]
+    let default_level = if matches!(cli.command, Command::Local(_)) {
+        "info"
+    } else {
+        "error"
+    };
+    #[cfg(not(feature = "embedded"))]
+    let default_level = "error";
+    sluice_common::telemetry::init(default_level);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
