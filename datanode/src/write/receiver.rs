@@ -27,7 +27,7 @@ use crate::error::{DatanodeError, Result};
 use crate::failpoint::FailAction;
 use crate::storage::dataset::OpenReplica;
 use crate::storage::meta::MAX_BYTES_PER_CHECKSUM;
-use crate::storage::replica::ReplicaEntry;
+use crate::storage::replica::{ReplicaEntry, ReplicaLive};
 use crate::wire::{self, FrameReader, FrameWriter};
 use actix::{Actor, Addr};
 use bytes::Bytes;
@@ -38,6 +38,7 @@ use sluice_common::proto::{
 };
 use sluice_common::rpc::ReplicaEvent;
 use sluice_common::{FrameError, Status};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -223,32 +224,19 @@ async fn run(
     downstream: Option<Downstream>,
 ) {
     let live = replica.entry.live.clone();
-    let mine = live.clone();
     let stop = CancellationToken::new();
     let _writer_done = live.attach_writer(stop.clone());
-    let settings = WriterSettings {
-        stage: op.stage,
-        last_in_pipeline: op.targets.is_empty(),
-        sync_on_close: ctx.cfg.sync_on_close,
-        scope: ctx.scope.clone(),
-    };
     let validator = PacketValidator::new(live.bytes_on_disk(), op.bytes_per_checksum);
-    let state = WriteState::new(replica, settings, ctx.dataset.clone(), ctx.metrics.clone());
-    let io = ctx.io.clone();
-    let writer =
-        ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| ReplicaWriter::new(state, io));
+    let writer = start_writer(&ctx, &op, replica);
     let (tx, rx) = mpsc::channel(ACK_QUEUE);
     let (broken, downstream_lost) = (CancellationToken::new(), CancellationToken::new());
-    let (ds_reader, ds_writer) = match downstream {
-        Some(d) => (Some(d.reader), Some(d.writer)),
-        None => (None, None),
-    };
+    let (ds_reader, ds_writer) = downstream.map(|d| (d.reader, d.writer)).unzip();
     let responder = Responder {
         ctx: ctx.clone(),
         upstream,
         downstream: ds_reader,
         queue: rx,
-        live,
+        live: live.clone(),
         broken: broken.clone(),
         downstream_lost: downstream_lost.clone(),
     };
@@ -263,58 +251,75 @@ async fn run(
         downstream_lost,
     };
     let outcome = lp.run(&mut reader, &broken, &stop).await;
-    // Acks of packets before a local error (or the last packet) still come from downstream:
-    // keep its connection open until the responder is done. Otherwise close it now.
-    let mut keep_downstream = lp.downstream.take();
+    let downstream = lp.downstream.take();
     drop(lp);
-    if !matches!(
+    let ended = Ended {
         outcome,
-        Outcome::Finished | Outcome::LocalError | Outcome::Broken
-    ) {
-        keep_downstream = None;
-    }
-    let failed_transfer = op.stage.is_transfer() && outcome != Outcome::Finished;
-    let killed = outcome == Outcome::Killed;
-    finish(&ctx, outcome, writer, responder).await;
-    drop(keep_downstream);
-    if failed_transfer && !killed {
-        // A partial copy is worth nothing: drop the Temporary replica now.
-        let (ds, id) = (ctx.dataset.clone(), op.block.id);
-        if let Err(e) = ctx.blocking(move || ds.delete_temporary(id, &mine)).await {
-            tracing::warn!("cannot remove the failed transfer's replica: {e}");
-        }
-    }
+        writer,
+        responder,
+        downstream,
+    };
+    finish(&ctx, &op, &live, ended).await;
 }
 
-async fn finish(
-    ctx: &Ctx,
+fn start_writer(ctx: &Ctx, op: &WriteBlockOp, replica: OpenReplica) -> Addr<ReplicaWriter> {
+    let settings = WriterSettings {
+        stage: op.stage,
+        last_in_pipeline: op.targets.is_empty(),
+        sync_on_close: ctx.cfg.sync_on_close,
+        scope: ctx.scope.clone(),
+    };
+    let state = WriteState::new(replica, settings, ctx.dataset.clone(), ctx.metrics.clone());
+    let io = ctx.io.clone();
+    ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| ReplicaWriter::new(state, io))
+}
+
+/// What is left of a pipeline once its packet loop ended.
+struct Ended {
     outcome: Outcome,
     writer: Addr<ReplicaWriter>,
     responder: tokio::task::JoinHandle<ResponderEnd>,
-) {
+    downstream: Option<FrameWriter>,
+}
+
+/// Lets the responder answer what it still can, flushes the writer after an early end, and
+/// drops a failed transfer's Temporary replica.
+async fn finish(ctx: &Ctx, op: &WriteBlockOp, live: &Arc<ReplicaLive>, e: Ended) {
+    let outcome = e.outcome;
     tracing::debug!(?outcome, "packet loop ended");
     match outcome {
         Outcome::Killed => {
-            responder.abort();
+            e.responder.abort();
             return;
         }
         Outcome::Finished | Outcome::LocalError | Outcome::Broken => {
+            // Acks of earlier packets still come from downstream: its connection stays open
+            // until the responder is done.
             let t = ctx.socket_timeout() * 2;
-            match tokio::time::timeout(t, responder).await {
+            match tokio::time::timeout(t, e.responder).await {
                 Ok(Ok(end)) => tracing::debug!(?end, "responder ended"),
                 _ => tracing::warn!("responder did not end in time"),
             }
+            drop(e.downstream);
         }
-        Outcome::UpstreamLost | Outcome::Stopped | Outcome::Dropped => responder.abort(),
+        Outcome::UpstreamLost | Outcome::Stopped | Outcome::Dropped => {
+            drop(e.downstream);
+            e.responder.abort();
+        }
     }
-    if outcome != Outcome::Finished {
-        match writer.send(Stop).await {
-            Ok(Ok(())) => tracing::info!(
-                ?outcome,
-                "pipeline ended early; received bytes flushed, replica left in rbw"
-            ),
-            Ok(Err(e)) => tracing::error!("flushing the replica after an early end failed: {e}"),
-            Err(e) => tracing::error!("replica writer unreachable: {e}"),
+    if outcome == Outcome::Finished {
+        return;
+    }
+    match e.writer.send(Stop).await {
+        Ok(Ok(())) => tracing::info!(?outcome, "pipeline ended early; received bytes flushed"),
+        Ok(Err(err)) => tracing::error!("flushing the replica after an early end failed: {err}"),
+        Err(err) => tracing::error!("replica writer unreachable: {err}"),
+    }
+    if op.stage.is_transfer() {
+        // A partial copy is worth nothing: drop the Temporary replica now.
+        let (ds, id, live) = (ctx.dataset.clone(), op.block.id, live.clone());
+        if let Err(err) = ctx.blocking(move || ds.delete_temporary(id, &live)).await {
+            tracing::warn!("cannot remove the failed transfer's replica: {err}");
         }
     }
 }
