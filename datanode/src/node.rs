@@ -57,25 +57,7 @@ impl DataNode {
             .await
             .map_err(|_| DatanodeError::ShuttingDown)??;
         let node_id = dataset.node_id().clone();
-        let bind = format!("{}:{}", bracket(&cfg.bind_host), cfg.port);
-        let listener = TcpListener::bind(&bind)
-            .await
-            .map_err(|source| DatanodeError::Bind {
-                addr: bind.clone(),
-                source,
-            })?;
-        let data_addr = listener
-            .local_addr()
-            .map_err(|e| DatanodeError::io("local_addr", &bind, e))?;
-        let http_bind = format!("{}:{}", bracket(&cfg.bind_host), cfg.http_port);
-        let http_listener =
-            std::net::TcpListener::bind(&http_bind).map_err(|source| DatanodeError::Bind {
-                addr: http_bind.clone(),
-                source,
-            })?;
-        let http_addr = http_listener
-            .local_addr()
-            .map_err(|e| DatanodeError::io("local_addr", &http_bind, e))?;
+        let (listener, data_addr, http_listener, http_addr) = bind(&cfg).await?;
         let actors = ActorSystem::start(&format!("dn-actors-{}", data_addr.port()))?;
         let id = advertised_id(&cfg, &node_id, data_addr, http_addr);
         let ctx = Arc::new(NodeContext {
@@ -97,7 +79,7 @@ impl DataNode {
         let heartbeat = tokio::spawn(heartbeat::run(ctx.clone(), tracker.clone()));
         let server = crate::http::server(ctx.clone(), http_listener).map_err(|source| {
             DatanodeError::Bind {
-                addr: http_bind,
+                addr: http_addr.to_string(),
                 source,
             }
         })?;
@@ -170,6 +152,33 @@ impl DataNode {
             rt.spawn(async move { http.stop(false).await });
         }
     }
+}
+
+/// Binds the data-transfer and HTTP listeners; returns them with their bound addresses.
+async fn bind(
+    cfg: &DatanodeConfig,
+) -> Result<(TcpListener, SocketAddr, std::net::TcpListener, SocketAddr)> {
+    let host = bracket(&cfg.bind_host);
+    let data = format!("{host}:{}", cfg.port);
+    let listener = TcpListener::bind(&data)
+        .await
+        .map_err(|source| DatanodeError::Bind {
+            addr: data.clone(),
+            source,
+        })?;
+    let data_addr = listener
+        .local_addr()
+        .map_err(|e| DatanodeError::io("local_addr", &data, e))?;
+    let http = format!("{host}:{}", cfg.http_port);
+    let http_listener =
+        std::net::TcpListener::bind(&http).map_err(|source| DatanodeError::Bind {
+            addr: http.clone(),
+            source,
+        })?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|e| DatanodeError::io("local_addr", &http, e))?;
+    Ok((listener, data_addr, http_listener, http_addr))
 }
 
 /// `[v6]` for IPv6 literals in `host:port` strings.

@@ -201,74 +201,53 @@ impl Dataset {
         let old = self
             .get(block.id)
             .ok_or(DatanodeError::ReplicaNotFound { block: block.id })?;
-        if old.gen_stamp < block.gen_stamp {
-            return Err(DatanodeError::StaleGenStamp {
-                block: block.id,
-                requested: block.gen_stamp,
-                have: old.gen_stamp,
-            });
-        }
-        if old.gen_stamp != block.gen_stamp && old.gen_stamp != latest {
-            return Err(DatanodeError::InvalidReplica {
-                block: block.id,
-                reason: format!(
-                    "generation stamp {} is newer than the recovery's {latest}",
-                    old.gen_stamp
-                ),
-            });
-        }
-        let t = if close {
-            Transition::RecoverClose
-        } else {
-            Transition::Recover
-        };
-        transition(Some(old.state), t).ok_or_else(|| DatanodeError::InvalidReplica {
-            block: block.id,
-            reason: format!("cannot {t:?} a {:?} replica", old.state),
-        })?;
+        check_recoverable(&old, block, latest, close)?;
         if old.state == ReplicaState::Finalized {
             return self.recover_finalized(old, block, latest).map(|()| None);
         }
-        let on_disk = old.live.bytes_on_disk();
-        if on_disk < block.num_bytes {
-            return Err(DatanodeError::InvalidReplica {
-                block: block.id,
-                reason: format!(
-                    "holds {on_disk} bytes, fewer than the {} acknowledged",
-                    block.num_bytes
-                ),
-            });
+        let open = self.truncate_and_restamp(&old, block.num_bytes, latest)?;
+        if !close {
+            return Ok(Some(open));
         }
-        let (block_file, meta_file, header) = open_rw(&old)?;
+        // The truncation was fdatasynced: the final length is durable.
+        let entry = open.entry.clone();
+        drop(open);
+        let entry = self.move_to_finalized_locked(&entry)?;
+        entry.live.reset(block.num_bytes);
+        self.map.insert(block.id, entry);
+        Ok(None)
+    }
+
+    /// Truncates an Rbw/Rwr replica to `len`, syncs it, and gives it generation stamp `gs`.
+    fn truncate_and_restamp(
+        &self,
+        old: &ReplicaEntry,
+        len: u64,
+        gs: GenerationStamp,
+    ) -> Result<OpenReplica> {
+        let (block_file, meta_file, header) = open_rw(old)?;
         let (bp, mp) = (old.block_path(), old.meta_path());
-        meta::truncate_replica(&block_file, &bp, &meta_file, &mp, header, block.num_bytes)?;
+        meta::truncate_replica(&block_file, &bp, &meta_file, &mp, header, len)?;
         block_file.sync_data().ctx("fdatasync", &bp)?;
         meta_file.sync_data().ctx("fdatasync", &mp)?;
-        let mut entry = ReplicaEntry {
-            gen_stamp: latest,
+        self.metrics.fsyncs.add(2);
+        let entry = ReplicaEntry {
+            gen_stamp: gs,
             state: ReplicaState::Rbw,
-            live: ReplicaLive::new(block.num_bytes, block.num_bytes),
+            live: ReplicaLive::new(len, len),
             ..old.clone()
         };
-        if latest != old.gen_stamp {
+        if gs != old.gen_stamp {
             std::fs::rename(&mp, entry.meta_path()).ctx("rename", &mp)?;
             layout::sync_dir(&entry.dir)?;
         }
-        self.map.insert(block.id, entry.clone());
-        if close {
-            // The truncation above was fdatasynced: the final length is durable.
-            drop((block_file, meta_file));
-            entry = self.move_to_finalized_locked(&entry)?;
-            entry.live.reset(block.num_bytes);
-            self.map.insert(block.id, entry);
-            return Ok(None);
-        }
-        Ok(Some(OpenReplica {
+        self.map.insert(entry.id, entry.clone());
+        Ok(OpenReplica {
             entry,
             block: block_file,
             meta: meta_file,
             header,
-        }))
+        })
     }
 
     fn recover_finalized(
@@ -491,6 +470,46 @@ impl Dataset {
         s.used = self.map.iter().map(|e| e.live.bytes_on_disk()).sum();
         s
     }
+}
+
+/// Whether `old` may be recovered from `block` to `latest` (protocol.md "Stages").
+fn check_recoverable(
+    old: &ReplicaEntry,
+    block: ExtendedBlock,
+    latest: GenerationStamp,
+    close: bool,
+) -> Result<()> {
+    let id = block.id;
+    if old.gen_stamp < block.gen_stamp {
+        return Err(DatanodeError::StaleGenStamp {
+            block: id,
+            requested: block.gen_stamp,
+            have: old.gen_stamp,
+        });
+    }
+    let invalid = |reason: String| Err(DatanodeError::InvalidReplica { block: id, reason });
+    if old.gen_stamp != block.gen_stamp && old.gen_stamp != latest {
+        return invalid(format!(
+            "generation stamp {} is newer than the recovery's {latest}",
+            old.gen_stamp
+        ));
+    }
+    let t = if close {
+        Transition::RecoverClose
+    } else {
+        Transition::Recover
+    };
+    if transition(Some(old.state), t).is_none() {
+        return invalid(format!("cannot {t:?} a {:?} replica", old.state));
+    }
+    let on_disk = old.live.bytes_on_disk();
+    if old.state != ReplicaState::Finalized && on_disk < block.num_bytes {
+        return invalid(format!(
+            "holds {on_disk} bytes, fewer than the {} acknowledged",
+            block.num_bytes
+        ));
+    }
+    Ok(())
 }
 
 fn check_bpc(bpc: u32) -> Result<()> {
