@@ -282,3 +282,64 @@ async fn restart_on_the_same_dirs_rediscovers_and_reports_replicas() {
     })
     .await
 }
+
+fn with_gs(op: Op, latest: u64) -> Op {
+    match op {
+        Op::WriteBlock(mut o) => {
+            o.latest_gen_stamp = sluice_common::GenerationStamp(latest);
+            Op::WriteBlock(o)
+        }
+        other => other,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_repair_transfer_rbw_then_streaming_and_close_recovery() {
+    within(40, async {
+        let (meta_addr, meta) = fake_meta().await;
+        let (n1, n2, n3) = (Node::start(meta_addr).await, Node::start(meta_addr).await, Node::start(meta_addr).await);
+        let data = bytes(250_000, 6);
+        // The writer's pipeline lost its other nodes: n1 alone holds 100 000 acked bytes.
+        let mut w = Client::connect(n1.addr()).await;
+        assert_eq!(w.op(write_op(block(7, 1, 0), BlockStage::Create, vec![])).await.status, Status::Success);
+        let seq = send_data(&mut w, &data[..100_000], 0, 0).await;
+        expect_acks(&mut w, seq as usize, 1).await;
+        drop(w);
+        // Copy the acked bytes of the rbw replica to a replacement node.
+        let mut c = Client::connect(n1.addr()).await;
+        let op = TransferBlockOp { block: block(7, 1, 100_000), targets: vec![n2.id()], stage: BlockStage::TransferRbw, client_name: "w".into() };
+        let r = c.op(Op::TransferBlock(op)).await;
+        assert_eq!(r.status, Status::Success, "{}", r.message);
+        let mut q = Client::connect(n2.addr()).await;
+        let rep = q.op(Op::ReplicaInfo(ReplicaInfoOp { block: block(7, 1, 0) })).await.replica.unwrap();
+        assert_eq!((rep.state, rep.block.num_bytes), (ReplicaState::Rbw, 100_000));
+        // Rebuild the pipeline n1 -> n2 under gs 2 and continue from the acked length.
+        let mut w = Client::connect(n1.addr()).await;
+        let r = w.op(with_gs(write_op(block(7, 1, 100_000), BlockStage::StreamingRecovery, vec![n2.id()]), 2)).await;
+        assert_eq!(r.status, Status::Success, "{}", r.message);
+        let seq = send_data(&mut w, &data[..200_000], 99_840, 0).await;
+        expect_acks(&mut w, seq as usize, 2).await;
+        drop(w);
+        // Closing fails; close recovery finalizes both at the acked length under gs 3.
+        let mut w = Client::connect(n1.addr()).await;
+        let r = w.op(with_gs(write_op(block(7, 2, 200_000), BlockStage::CloseRecovery, vec![n2.id()]), 3)).await;
+        assert_eq!(r.status, Status::Success, "{}", r.message);
+        for n in [&n1, &n2] {
+            let id = n.node_id();
+            wait_until(10, "Received at gs 3", || {
+                meta.log.lock().unwrap().events.iter().any(|(who, e)| {
+                    *who == id && matches!(e, sluice_common::rpc::ReplicaEvent::Received(b) if b.gen_stamp.0 == 3 && b.num_bytes == 200_000)
+                })
+            })
+            .await;
+            let (r, got) = read_block(n.addr(), block(7, 3, 0), 0, u64::MAX).await;
+            assert_eq!(r.replica.unwrap().state, ReplicaState::Finalized);
+            assert_eq!(got, &data[..200_000]);
+        }
+        // A replica at an older generation stamp cannot be recovered from a newer one.
+        let mut w = Client::connect(n3.addr()).await;
+        let r = w.op(with_gs(write_op(block(7, 1, 0), BlockStage::StreamingRecovery, vec![]), 2)).await;
+        assert_eq!(r.status, Status::ErrorNotFound);
+    })
+    .await
+}

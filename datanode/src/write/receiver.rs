@@ -516,6 +516,10 @@ impl PacketLoop<'_> {
 
     /// Queues `seqno` with this DataNode's error status; the responder acks it and stops.
     async fn local_error(&mut self, seqno: i64, e: &DatanodeError) -> Outcome {
+        if self.ctx.kill.is_cancelled() {
+            // A killed node answers nothing (its actors vanished under this packet).
+            return Outcome::Killed;
+        }
         tracing::warn!(seqno, "local error: {e}");
         self.ctx.metrics.op_errors.inc();
         let p = PendingAck {
