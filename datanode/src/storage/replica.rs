@@ -4,7 +4,9 @@
 //! **Visible length** = `min(bytes_acked, bytes_on_disk)` for a replica being written, the file
 //! length for a finalized one (protocol.md "Visible length"). `bytes_on_disk` is raised by the
 //! replica writer after its sink has handed the bytes to the file; `bytes_acked` by the ack
-//! responder after the ack covering them went upstream. Readers only ever see visible bytes.
+//! responder once every DataNode downstream acked them, just before the ack goes upstream (so a
+//! writer whose hflush returned is sure new readers see its bytes). Readers only ever see
+//! visible bytes.
 
 use super::layout;
 use sluice_common::proto::{BlockStage, ReplicaInfo, ReplicaState};

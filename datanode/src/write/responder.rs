@@ -1,8 +1,8 @@
 //! The ack responder of one write connection (HDFS's `PacketResponder`): a task fed, through a
 //! bounded queue, with each packet's local outcome in sequence order. For each, it waits for
-//! the downstream ack of the same seqno (within the socket timeout), then sends upstream
-//! `Ack { seqno, [own status, downstream replies...] }` and raises the replica's acknowledged
-//! length. So an ack goes upstream only when the local write is done (it was queued after it)
+//! the downstream ack of the same seqno (within the socket timeout), raises the replica's
+//! acknowledged length if all succeeded, then sends upstream
+//! `Ack { seqno, [own status, downstream replies...] }`. So an ack goes upstream only when the local write is done (it was queued after it)
 //! AND the downstream acked.
 //!
 //! Failures: a local error is acked `[own error]`; a downstream that is lost, silent past the
@@ -71,14 +71,16 @@ impl Responder {
                 self.downstream_replies(p.seqno).await
             };
             let ok = replies.iter().all(|s| s.is_success());
+            if ok && p.end > 0 {
+                // Raised before the ack leaves, so that once the writer has its ack (an hflush
+                // returned) every new reader sees the bytes. HDFS's PacketResponder does the same.
+                self.live.ack_up_to(p.end);
+            }
             if !self.send_ack(p.seqno, replies).await {
                 self.broken.cancel();
                 return ResponderEnd::Failed;
             }
             if ok {
-                if p.end > 0 {
-                    self.live.ack_up_to(p.end);
-                }
                 if p.last {
                     return ResponderEnd::Completed;
                 }
