@@ -174,3 +174,71 @@ async fn streaming_recovery_stops_a_still_connected_writer_and_continues() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_stop_is_prompt_with_a_stalled_reader_and_flushes_an_open_writer() {
+    within(40, async {
+        let (meta_addr, _) = fake_meta().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = vec![tmp.path().join("d")];
+        let mut cfg = config(meta_addr, &dirs);
+        cfg.socket_timeout = sluice_common::config::HumanDuration::secs(30);
+        let mut n = Node::start_on(meta_addr, dirs.clone(), Some(cfg.clone())).await;
+        let big = bytes(48 << 20, 5);
+        write_block(n.addr(), vec![], block(35, 1, 0), &big).await;
+        // A streaming reader that never reads: the DataNode blocks on a full socket.
+        let mut stalled = Client::connect(n.addr()).await;
+        let r = stalled
+            .op(Op::ReadBlock(ReadBlockOp {
+                block: block(35, 1, 0),
+                offset: 0,
+                length: u64::MAX,
+                piece_size: 0,
+            }))
+            .await;
+        assert_eq!(r.status, Status::Success);
+        // A writer in the middle of its block.
+        let mut w = Client::connect(n.addr()).await;
+        assert_eq!(
+            w.op(write_op(block(36, 1, 0), BlockStage::Create, vec![]))
+                .await
+                .status,
+            Status::Success
+        );
+        let seq = send_data(&mut w, &big[..300_000], 0, 0).await;
+        expect_acks(&mut w, seq as usize, 1).await;
+        // Wait until the stream is stuck on the full socket (no piece sent for a while).
+        let m = n.dn().metrics();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let before = m.pieces_sent.get();
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            if before > 0 && m.pieces_sent.get() == before {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stream never stalled"
+            );
+        }
+        let t = std::time::Instant::now();
+        n.stop().await;
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "stop took {:?}",
+            t.elapsed()
+        );
+        let n = Node::start_on(meta_addr, dirs, Some(cfg)).await;
+        let mut q = Client::connect(n.addr()).await;
+        let rep = q
+            .op(Op::ReplicaInfo(ReplicaInfoOp {
+                block: block(36, 1, 0),
+            }))
+            .await
+            .replica
+            .unwrap();
+        assert_eq!((rep.state, rep.bytes_on_disk), (ReplicaState::Rwr, 300_000));
+        drop(tmp);
+    })
+    .await
+}

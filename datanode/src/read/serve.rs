@@ -147,7 +147,13 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
                 }
             }
             Some(Ok(p)) => {
-                send_piece(ctx, w, &p, bpc32).await?;
+                // A reader that stopped reading must not hold up a stop for a socket timeout.
+                tokio::select! {
+                    biased;
+                    _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
+                    _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
+                    r = send_piece(ctx, w, &p, bpc32) => r?,
+                }
                 ctx.metrics.pieces_sent.inc();
             }
             Some(Err(e)) => {
