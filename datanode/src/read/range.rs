@@ -10,7 +10,7 @@
 
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
-use crate::storage::meta;
+use crate::storage::meta::{self, MetaHeader};
 use bytes::Bytes;
 use sluice_common::checksum::{self, CHECKSUM_SIZE};
 use sluice_common::proto::ReplicaState;
@@ -20,35 +20,55 @@ use sluice_common::proto::ReplicaState;
 pub struct Piece {
     /// Block offset of the first byte (a chunk boundary).
     pub offset: u64,
-    /// The data.
-    pub data: Bytes,
-    /// One CRC32C per chunk, big-endian.
-    pub checksums: Bytes,
+    /// Checksums then data, laid out as a frame payload (read into place: no copy).
+    payload: Bytes,
+    /// Bytes of checksums at the front of `payload`.
+    sums_len: usize,
 }
 
 impl Piece {
     /// Checksums then data: the payload of a `Chunk` or `Packet` frame.
     pub fn payload(&self) -> Bytes {
-        let mut v = Vec::with_capacity(self.checksums.len() + self.data.len());
-        v.extend_from_slice(&self.checksums);
-        v.extend_from_slice(&self.data);
-        Bytes::from(v)
+        self.payload.clone()
+    }
+
+    /// The data.
+    pub fn data(&self) -> Bytes {
+        self.payload.slice(self.sums_len..)
+    }
+
+    /// Data bytes.
+    pub fn data_len(&self) -> usize {
+        self.payload.len() - self.sums_len
+    }
+
+    /// One CRC32C per chunk, big-endian.
+    pub fn checksums(&self) -> Bytes {
+        self.payload.slice(..self.sums_len)
     }
 }
 
-/// Reads `[start, start + len)` of `r` (`start` on a chunk boundary). `stored_len` is the
-/// replica's length on disk when the read began.
+/// Reads `[start, start + len)` of `r` (`start` on a chunk boundary) with its checksums,
+/// straight into one frame payload. `stored_len` is the replica's length on disk when the read
+/// began.
 pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> Result<Piece> {
-    let bpc = r.entry.bytes_per_checksum as u64;
+    let bpc32 = r.entry.bytes_per_checksum;
+    let bpc = bpc32 as u64;
     if bpc == 0 || !start.is_multiple_of(bpc) {
         return Err(DatanodeError::invalid(format!(
             "read at {start} is not on a chunk boundary of {bpc} bytes"
         )));
     }
-    let mut data = vec![0u8; len];
-    meta::read_exact_at(&r.block, &mut data, start, &r.block_path)?;
-    let chunks = checksum::chunk_count(len, r.entry.bytes_per_checksum) as u64;
-    let mut sums = meta::read_checksums(&r.meta, start / bpc, chunks, &r.meta_path)?;
+    let sums_len = checksum::checksum_len(len, bpc32);
+    let mut buf = vec![0u8; sums_len + len];
+    let (sums, data) = buf.split_at_mut(sums_len);
+    meta::read_exact_at(&r.block, data, start, &r.block_path)?;
+    meta::read_exact_at(
+        &r.meta,
+        sums,
+        MetaHeader::checksum_pos(start / bpc),
+        &r.meta_path,
+    )?;
     let end = start + len as u64;
     let tail = end % bpc;
     if tail != 0 && len > 0 {
@@ -65,8 +85,8 @@ pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> R
     }
     Ok(Piece {
         offset: start,
-        data: Bytes::from(data),
-        checksums: Bytes::from(sums),
+        payload: Bytes::from(buf),
+        sums_len,
     })
 }
 

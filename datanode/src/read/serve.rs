@@ -81,11 +81,11 @@ async fn refuse(ctx: &Ctx, w: &mut FrameWriter, e: &DatanodeError) -> Result<()>
 async fn send_piece(ctx: &Ctx, w: &mut FrameWriter, p: &Piece, bpc: u32) -> Result<()> {
     let header = ChunkHeader {
         offset: p.offset,
-        data_len: p.data.len() as u32,
+        data_len: p.data_len() as u32,
         bytes_per_checksum: bpc,
     };
     wire::send(w, Message::Chunk(header), p.payload(), ctx.socket_timeout()).await?;
-    ctx.metrics.bytes_read.add(p.data.len() as u64);
+    ctx.metrics.bytes_read.add(p.data_len() as u64);
     Ok(())
 }
 
