@@ -343,3 +343,42 @@ async fn pipeline_repair_transfer_rbw_then_streaming_and_close_recovery() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_corruption_reaches_the_reader_as_a_checksum_mismatch() {
+    within(30, async {
+        let (meta_addr, _) = fake_meta().await;
+        let n = Node::start(meta_addr).await;
+        let data = bytes(3000, 9);
+        let b = block(8, 1, 0);
+        write_block(n.addr(), vec![], b, &data).await;
+        let (blk, _) = finalized_files(&n.dirs, 8).unwrap();
+        let mut bad = data.clone();
+        bad[100] ^= 1; // chunk 0
+        bad[1100] ^= 1; // chunk 2, which a read of [1024, 1200) ends inside
+        std::fs::write(&blk, &bad).unwrap();
+        let mut c = Client::connect(n.addr()).await;
+        for (offset, len, bad_chunk) in [(0u64, 3000u64, 0u64), (1100, 100, 1024)] {
+            let r = c
+                .op(Op::ReadChunk(ReadChunkOp {
+                    block: b,
+                    offset,
+                    length: len,
+                }))
+                .await;
+            assert_eq!(r.status, Status::Success);
+            let f = c.next().await.unwrap();
+            let Message::Chunk(h) = f.header else {
+                panic!("chunk")
+            };
+            let (sums, got) = split_payload(&f.payload, h.data_len, h.bytes_per_checksum);
+            match sluice_common::checksum::verify(got, sums, h.bytes_per_checksum, h.offset) {
+                Err(sluice_common::ChecksumError::Mismatch { offset, .. }) => {
+                    assert_eq!(offset, bad_chunk)
+                }
+                other => panic!("corruption at {bad_chunk} not detected: {other:?}"),
+            }
+        }
+    })
+    .await
+}
