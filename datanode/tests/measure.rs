@@ -8,7 +8,6 @@
 mod support;
 
 use sluice_common::config::ByteSize;
-use sluice_common::proto::*;
 use sluice_common::Status;
 use std::time::Instant;
 use support::*;
@@ -72,7 +71,6 @@ async fn measure_write_and_read_paths() {
         eprintln!("read {} MiB x4: ReadBlock (1 MiB pieces) {stream:.1} MiB/s; ReadChunk (4 MiB, one request each) {classic:.1} MiB/s", size / MIB);
         let m = nodes[0].dn().metrics();
         eprintln!("  prefetch advised {} MiB, dropped behind {} MiB", m.prefetch_advised_bytes.get() / MIB as u64, m.dropbehind_bytes.get() / MIB as u64);
-        let _ = ReplicaState::Finalized;
     })
     .await
 }

@@ -11,16 +11,13 @@ use sluice_datanode::DataNode;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Compile-time check: a `DataNode` can be held across awaits and its start future spawned.
 #[allow(dead_code)]
-fn assert_send_sync() {
-    fn is<T: Send + Sync>(_: &T) {}
-    fn fut<T: Send>(_: &T) {}
-    let f = DataNode::start(Default::default(), Default::default());
-    fut(&f);
-    fn dn(d: &DataNode) {
-        is(d);
-    }
-    let _ = dn;
+fn datanode_and_its_start_future_are_send() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    send(&DataNode::start(Default::default(), Default::default()));
+    let _ = |d: &DataNode| send_sync(d);
 }
 
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {

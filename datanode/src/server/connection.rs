@@ -67,8 +67,20 @@ async fn dispatch(
             write::receiver::serve(ctx.clone(), op, reader, writer).await;
             return None;
         }
-        Op::ReadBlock(op) => read::read_block(ctx, op, &mut writer).await,
-        Op::ReadChunk(op) => read::read_chunk(ctx, op, &mut writer).await,
+        Op::ReadBlock(op) => {
+            let span =
+                tracing::debug_span!("read_block", block = %op.block.id, node = %ctx.node_id);
+            read::read_block(ctx, op, &mut writer)
+                .instrument(span)
+                .await
+        }
+        Op::ReadChunk(op) => {
+            let span =
+                tracing::debug_span!("read_chunk", block = %op.block.id, node = %ctx.node_id);
+            read::read_chunk(ctx, op, &mut writer)
+                .instrument(span)
+                .await
+        }
         Op::ReplicaInfo(op) => read::replica_info(ctx, op, &mut writer).await,
         Op::TransferBlock(op) => {
             let span = tracing::info_span!("transfer", block = %op.block.id, node = %ctx.node_id);
