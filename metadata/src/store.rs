@@ -1,6 +1,13 @@
 //! The persistent key-value store under the namespace, behind [`MetaStore`] so that sled can be
 //! replaced later (Garage shipped sled and had to replace it).
 //!
+//! sled 0.34 guards batches with a process-wide reader-writer lock that its flush holds (as a
+//! reader) while it waits for I/O threads that need the same lock: a batch waiting for the lock
+//! during a flush deadlocks every sled database in the process. [`SledStore`] therefore never
+//! lets a batch and a flush overlap (one process-wide I/O mutex, taken by both), and coalesces
+//! flushes: a flush returns at once when a flush that started after its caller's writes has
+//! already completed.
+//!
 //! The namespace needs little: point reads, ordered prefix scans, atomic multi-key batches and
 //! an asynchronous flush that makes every earlier write durable. [`SledStore`] implements it on
 //! sled 0.34 with sled's own periodic flusher turned off: the service flushes after every change,
@@ -9,7 +16,8 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A failure of the store. The operation that met it was not made.
@@ -84,6 +92,21 @@ pub trait MetaStore: Send + Sync {
 pub struct SledStore {
     db: Mutex<Option<sled::Db>>,
     path: PathBuf,
+    seq: Arc<FlushSeq>,
+}
+
+/// Batches applied, and how many of them the last completed flush covered.
+#[derive(Debug, Default)]
+struct FlushSeq {
+    applied: AtomicU64,
+    flushed: AtomicU64,
+}
+
+/// Serialises sled batches and flushes across the process (see the module docs).
+static SLED_IO: Mutex<()> = Mutex::new(());
+
+fn io_lock() -> MutexGuard<'static, ()> {
+    SLED_IO.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// How long `open` keeps retrying while another handle in this process still holds the lock
@@ -95,16 +118,20 @@ impl SledStore {
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
         let deadline = Instant::now() + LOCK_RETRY;
         loop {
-            let res = sled::Config::new()
-                .path(dir)
-                .flush_every_ms(None)
-                .cache_capacity(64 * 1024 * 1024)
-                .open();
+            let res = {
+                let _io = io_lock();
+                sled::Config::new()
+                    .path(dir)
+                    .flush_every_ms(None)
+                    .cache_capacity(64 * 1024 * 1024)
+                    .open()
+            };
             match res {
                 Ok(db) => {
                     return Ok(SledStore {
                         db: Mutex::new(Some(db)),
                         path: dir.to_path_buf(),
+                        seq: Arc::default(),
                     })
                 }
                 Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
@@ -125,6 +152,7 @@ impl SledStore {
         Ok(SledStore {
             db: Mutex::new(Some(db)),
             path: PathBuf::new(),
+            seq: Arc::default(),
         })
     }
 
@@ -167,21 +195,40 @@ impl MetaStore for SledStore {
                 None => b.remove(k),
             }
         }
-        self.db()?.apply_batch(b).map_err(backend)
+        let db = self.db()?;
+        let _io = io_lock();
+        db.apply_batch(b).map_err(backend)?;
+        self.seq.applied.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     fn flush(&self) -> FlushFuture<'_> {
         Box::pin(async move {
             let db = self.db()?;
-            db.flush_async().await.map_err(backend)?;
-            Ok(())
+            let target = self.seq.applied.load(Ordering::SeqCst);
+            let seq = self.seq.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                let _io = io_lock();
+                if seq.flushed.load(Ordering::SeqCst) >= target {
+                    return Ok(());
+                }
+                let covered = seq.applied.load(Ordering::SeqCst);
+                db.flush().map_err(backend)?;
+                seq.flushed.fetch_max(covered, Ordering::SeqCst);
+                Ok(())
+            })
+            .await;
+            flushed.map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?
         })
     }
 
     fn close(&self) -> Result<(), StoreError> {
         let db = self.db.lock().unwrap_or_else(|e| e.into_inner()).take();
         match db {
-            Some(db) => db.flush().map(|_| ()).map_err(backend),
+            Some(db) => {
+                let _io = io_lock();
+                db.flush().map(|_| ()).map_err(backend)
+            }
             None => Ok(()),
         }
     }
