@@ -49,48 +49,38 @@ fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
 /// Renders the Prometheus text exposition.
 pub fn render(report: &ClusterReport, open_files: usize, rpc: &RpcMetrics) -> String {
     let mut out = String::new();
-    gauge(
-        &mut out,
-        "sluice_metadata_files",
-        "Files in the namespace.",
-        report.files,
-    );
-    gauge(
-        &mut out,
-        "sluice_metadata_directories",
-        "Directories in the namespace.",
-        report.directories,
-    );
-    gauge(
-        &mut out,
-        "sluice_metadata_blocks",
-        "Blocks in the block manager.",
-        report.blocks,
-    );
-    gauge(
-        &mut out,
-        "sluice_metadata_files_under_construction",
-        "Files open for writing.",
-        open_files as u64,
-    );
-    gauge(
-        &mut out,
-        "sluice_metadata_under_replicated_blocks",
-        "Blocks with fewer live replicas than their factor.",
-        report.under_replicated_blocks,
-    );
-    gauge(
-        &mut out,
-        "sluice_metadata_missing_blocks",
-        "Blocks with no live replica.",
-        report.missing_blocks,
-    );
-    gauge(
-        &mut out,
-        "sluice_metadata_corrupt_blocks",
-        "Blocks with a corrupt replica.",
-        report.corrupt_blocks,
-    );
+    let gauges: [(&str, &str, u64); 7] = [
+        ("files", "Files in the namespace.", report.files),
+        (
+            "directories",
+            "Directories in the namespace.",
+            report.directories,
+        ),
+        ("blocks", "Blocks in the block manager.", report.blocks),
+        (
+            "files_under_construction",
+            "Files open for writing.",
+            open_files as u64,
+        ),
+        (
+            "under_replicated_blocks",
+            "Blocks with fewer live replicas than their factor.",
+            report.under_replicated_blocks,
+        ),
+        (
+            "missing_blocks",
+            "Blocks with no live replica.",
+            report.missing_blocks,
+        ),
+        (
+            "corrupt_blocks",
+            "Blocks with a corrupt replica.",
+            report.corrupt_blocks,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        gauge(&mut out, &format!("sluice_metadata_{name}"), help, value);
+    }
     let _ = writeln!(
         out,
         "# HELP sluice_metadata_datanodes DataNodes by state.\n# TYPE sluice_metadata_datanodes gauge"

@@ -6,6 +6,7 @@
 //! batch to the store; only then update the in-memory maps (so a failed store write leaves
 //! memory as the store is); the caller flushes; then it answers.
 
+mod pipeline;
 mod read;
 mod reports;
 mod tree;

@@ -3,10 +3,10 @@
 
 use super::State;
 use crate::blocks::BlockInfo;
-use crate::namespace::{now_ms, BlockRecord, BlockState, CreateRequest, Inode, NsPath, Txn};
+use crate::namespace::{now_ms, BlockRecord, BlockState, CreateRequest, Inode, NsPath};
 use crate::placement::PlacementRequest;
-use sluice_common::rpc::{AdditionalDatanodes, CreateOptions, FileStatus, LocatedBlock};
-use sluice_common::{BlockId, DatanodeId, ExtendedBlock, MetaError, NodeId};
+use sluice_common::rpc::{CreateOptions, FileStatus, LocatedBlock};
+use sluice_common::{ExtendedBlock, MetaError, NodeId};
 use std::time::Instant;
 
 fn bad_previous(reason: String) -> MetaError {
@@ -98,30 +98,7 @@ impl State {
         if let Some(retry) = self.add_block_retry(&blocks, previous) {
             return Ok(retry);
         }
-        match (previous, blocks.last()) {
-            (None, None) => {}
-            (Some(prev), Some(last)) if prev.id == last.id => {
-                self.check_commit(last, prev)?;
-                if let Some(before) = blocks.len().checked_sub(2).and_then(|i| blocks.get(i)) {
-                    if self.try_complete(before.id) != Some(BlockState::Complete) {
-                        return Err(MetaError::NotReplicatedYet { block: before.id });
-                    }
-                }
-            }
-            (None, Some(last)) => {
-                return Err(bad_previous(format!(
-                    "must name the last block {}",
-                    last.id
-                )))
-            }
-            (Some(prev), last) => {
-                return Err(bad_previous(format!(
-                    "{} is not the file's last block ({:?})",
-                    prev.id,
-                    last.map(|b| b.id)
-                )))
-            }
-        }
+        self.check_previous(&blocks, previous)?;
         let targets = self.place(&PlacementRequest {
             count: usize::from(replication),
             block_size,
@@ -157,6 +134,40 @@ impl State {
             locations: targets,
             corrupt: false,
         })
+    }
+
+    /// `previous` must be the file's last block (or absent when the file has none), with its
+    /// current generation stamp; the block before it must be complete.
+    fn check_previous(
+        &mut self,
+        blocks: &[BlockRecord],
+        previous: Option<ExtendedBlock>,
+    ) -> Result<(), MetaError> {
+        match (previous, blocks.last()) {
+            (None, None) => {}
+            (Some(prev), Some(last)) if prev.id == last.id => {
+                self.check_commit(last, prev)?;
+                if let Some(before) = blocks.len().checked_sub(2).and_then(|i| blocks.get(i)) {
+                    if self.try_complete(before.id) != Some(BlockState::Complete) {
+                        return Err(MetaError::NotReplicatedYet { block: before.id });
+                    }
+                }
+            }
+            (None, Some(last)) => {
+                return Err(bad_previous(format!(
+                    "must name the last block {}",
+                    last.id
+                )))
+            }
+            (Some(prev), last) => {
+                return Err(bad_previous(format!(
+                    "{} is not the file's last block ({:?})",
+                    prev.id,
+                    last.map(|b| b.id)
+                )))
+            }
+        }
+        Ok(())
     }
 
     /// A retried `add_block` whose first call allocated the last block: the same answer.
@@ -292,20 +303,7 @@ impl State {
         }
         let mut inode = self.open_file(&p, client)?;
         let blocks = inode.file().map(|f| f.blocks.clone()).unwrap_or_default();
-        match (last, blocks.last()) {
-            (None, None) => {}
-            (Some(l), Some(b)) if l.id == b.id => self.check_commit(b, l)?,
-            (l, b) => {
-                return Err(MetaError::invalid_argument(
-                    "last",
-                    format!(
-                        "{:?} is not the file's last block ({:?})",
-                        l.map(|x| x.id),
-                        b.map(|x| x.id)
-                    ),
-                ))
-            }
-        }
+        self.check_last(&blocks, last)?;
         let committed = last.map(|l| (l, self.committed_state(l)));
         let others_complete = blocks
             .iter()
@@ -345,6 +343,26 @@ impl State {
             self.leases.remove(client, inode.id);
         }
         Ok(all_complete)
+    }
+
+    /// `last` must name the file's last block (absent only for a file without blocks).
+    fn check_last(
+        &self,
+        blocks: &[BlockRecord],
+        last: Option<ExtendedBlock>,
+    ) -> Result<(), MetaError> {
+        match (last, blocks.last()) {
+            (None, None) => Ok(()),
+            (Some(l), Some(b)) if l.id == b.id => self.check_commit(b, l),
+            (l, b) => Err(MetaError::invalid_argument(
+                "last",
+                format!(
+                    "{:?} is not the file's last block ({:?})",
+                    l.map(|x| x.id),
+                    b.map(|x| x.id)
+                ),
+            )),
+        }
     }
 
     /// True if the file is already closed by `client` with `last` as its last block (a
@@ -387,172 +405,5 @@ impl State {
             info.num_bytes = length;
         }
         Ok(())
-    }
-
-    /// The file and path of a block being written by `client` (pipeline recovery checks).
-    fn uc_block(&self, id: BlockId, client: &str) -> Result<(Inode, NsPath), MetaError> {
-        let info = self
-            .blocks
-            .get(id)
-            .ok_or(MetaError::UnknownBlock { block: id })?;
-        let inode = self
-            .ns
-            .get(info.file)?
-            .ok_or(MetaError::UnknownBlock { block: id })?;
-        let path = NsPath::parse(&self.ns.path_of(&inode)?)?;
-        let f = inode.file().ok_or(MetaError::UnknownBlock { block: id })?;
-        let is_last_uc = f.blocks.last().is_some_and(|b| b.id == id)
-            && info.state == BlockState::UnderConstruction;
-        match &f.writer {
-            Some(w) if is_last_uc && w == client => Ok((inode, path)),
-            Some(_) if is_last_uc => Err(MetaError::NotLeaseHolder {
-                path: path.to_string(),
-                client: client.to_string(),
-            }),
-            _ => Err(MetaError::NotUnderConstruction {
-                path: path.to_string(),
-            }),
-        }
-    }
-
-    /// Hands out a new generation stamp for a block whose pipeline is being rebuilt.
-    pub fn update_block_for_pipeline(
-        &mut self,
-        block: ExtendedBlock,
-        client: &str,
-    ) -> Result<LocatedBlock, MetaError> {
-        let (inode, _) = self.uc_block(block.id, client)?;
-        let gs = self.ns.alloc_gen_stamp();
-        self.ns.commit(Txn::new())?;
-        let offset = inode
-            .file()
-            .map(|f| {
-                f.blocks
-                    .iter()
-                    .take_while(|b| b.id != block.id)
-                    .map(|b| b.num_bytes)
-                    .sum()
-            })
-            .unwrap_or(0);
-        let info = self
-            .blocks
-            .get_mut(block.id)
-            .ok_or(MetaError::UnknownBlock { block: block.id })?;
-        info.pending_gen_stamp = Some(gs);
-        let (num_bytes, expected) = (info.num_bytes, info.expected.clone());
-        Ok(LocatedBlock {
-            block: ExtendedBlock::new(block.id, gs, num_bytes),
-            offset,
-            locations: self.usable_ids(&expected),
-            corrupt: false,
-        })
-    }
-
-    /// Records a rebuilt pipeline: new generation stamp, length and DataNodes.
-    pub fn update_pipeline(
-        &mut self,
-        client: &str,
-        old: ExtendedBlock,
-        new: ExtendedBlock,
-        nodes: &[NodeId],
-    ) -> Result<(), MetaError> {
-        if old.id != new.id {
-            return Err(MetaError::invalid_argument(
-                "new_block",
-                format!("{} is not {}", new.id, old.id),
-            ));
-        }
-        let (mut inode, _) = self.uc_block(old.id, client)?;
-        let info = self
-            .blocks
-            .get(old.id)
-            .ok_or(MetaError::UnknownBlock { block: old.id })?;
-        if old.gen_stamp != info.gen_stamp {
-            return Err(MetaError::GenerationStampMismatch {
-                block: old.id,
-                given: old.gen_stamp,
-                current: info.gen_stamp,
-            });
-        }
-        if info.pending_gen_stamp != Some(new.gen_stamp) {
-            return Err(MetaError::GenerationStampMismatch {
-                block: old.id,
-                given: new.gen_stamp,
-                current: info.pending_gen_stamp.unwrap_or(info.gen_stamp),
-            });
-        }
-        if let Some(unknown) = nodes.iter().find(|n| self.nodes.get(n).is_none()) {
-            return Err(MetaError::UnknownDatanode {
-                node: unknown.clone(),
-            });
-        }
-        if let Some(rec) = inode
-            .file_mut()
-            .and_then(|f| f.blocks.iter_mut().find(|b| b.id == old.id))
-        {
-            rec.gen_stamp = new.gen_stamp;
-            rec.num_bytes = new.num_bytes;
-        }
-        self.ns.update(&inode)?;
-        self.apply_new_pipeline(new, nodes);
-        Ok(())
-    }
-
-    fn apply_new_pipeline(&mut self, new: ExtendedBlock, nodes: &[NodeId]) {
-        let Some(info) = self.blocks.get_mut(new.id) else {
-            return;
-        };
-        info.gen_stamp = new.gen_stamp;
-        info.num_bytes = new.num_bytes;
-        info.pending_gen_stamp = None;
-        info.expected = nodes.to_vec();
-        let stale: Vec<(NodeId, ExtendedBlock)> = info
-            .replicas
-            .iter()
-            .filter(|(_, r)| r.gen_stamp < new.gen_stamp)
-            .map(|(n, r)| {
-                (
-                    n.clone(),
-                    ExtendedBlock::new(new.id, r.gen_stamp, r.num_bytes),
-                )
-            })
-            .collect();
-        for (node, old) in stale {
-            self.blocks.remove_replica(&node, new.id);
-            if !nodes.contains(&node) {
-                self.blocks.schedule_delete(&node, old);
-            }
-        }
-    }
-
-    /// More DataNodes for an existing pipeline (replacement after a failure).
-    pub fn get_additional_datanodes(
-        &mut self,
-        req: &AdditionalDatanodes,
-    ) -> Result<Vec<DatanodeId>, MetaError> {
-        let p = NsPath::parse(&req.path)?;
-        let inode = self.open_file(&p, &req.client)?;
-        let f = inode.file().ok_or_else(|| MetaError::IsADirectory {
-            path: p.to_string(),
-        })?;
-        if !f.blocks.iter().any(|b| b.id == req.block.id) {
-            return Err(MetaError::UnknownBlock {
-                block: req.block.id,
-            });
-        }
-        let block_size = f.block_size;
-        let existing: Vec<DatanodeId> = req
-            .existing
-            .iter()
-            .filter_map(|n| self.nodes.get(n).map(|d| d.id.clone()))
-            .collect();
-        let mut exclude = req.exclude.clone();
-        exclude.extend(req.existing.iter().cloned());
-        self.place(&PlacementRequest {
-            count: req.count as usize,
-            block_size,
-            existing: &existing,
-            exclude: &exclude,
-        })
     }
 }
