@@ -34,28 +34,28 @@ impl MetadataServer {
     ) -> Result<MetadataServer, MetadataError> {
         cfg.validate()?;
         let store = open_store(&cfg).await?;
-        let opened = State::open(&cfg, store.clone(), Instant::now());
-        let state = match opened {
-            Ok(s) => s,
+        match Self::start_on(&cfg, store.clone(), shutdown).await {
+            Ok(server) => Ok(server),
             Err(e) => {
+                // Release the store (and its lock) so that the caller may try again.
                 let _ = store.close();
-                return Err(store_error(&cfg, e));
+                Err(e)
             }
-        };
-        if let Err(e) = store.flush().await {
-            let _ = store.close();
-            return Err(store_error(&cfg, e));
         }
-        let bound = bind(&cfg).await;
-        let (rpc, http) = match bound {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = store.close();
-                return Err(e);
-            }
-        };
-        let rpc_addr = local_addr(&rpc.local_addr(), "rpc", &cfg)?;
-        let http_addr = local_addr(&http.local_addr(), "http", &cfg)?;
+    }
+
+    /// Everything after the store is open.
+    async fn start_on(
+        cfg: &MetadataConfig,
+        store: Arc<SledStore>,
+        shutdown: CancellationToken,
+    ) -> Result<MetadataServer, MetadataError> {
+        let state =
+            State::open(cfg, store.clone(), Instant::now()).map_err(|e| store_error(cfg, e))?;
+        store.flush().await.map_err(|e| store_error(cfg, e))?;
+        let (rpc, http) = bind(cfg).await?;
+        let rpc_addr = local_addr(&rpc.local_addr(), "rpc", cfg)?;
+        let http_addr = local_addr(&http.local_addr(), "http", cfg)?;
         let shared = Arc::new(Shared::new(state, rpc_addr));
         let http_server =
             crate::http::server(http, shared.clone(), shutdown.clone()).map_err(|source| {

@@ -433,6 +433,36 @@ async fn bad_preamble_is_closed_and_the_server_stays_up() {
     .await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_start_names_the_address_and_releases_the_store() {
+    within(30, async {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut cfg = config(dir.path());
+        cfg.rpc_port = taken.local_addr().unwrap().port();
+        let err = MetadataServer::start(cfg, CancellationToken::new())
+            .await
+            .err()
+            .expect("port in use");
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                err,
+                sluice_metadata::MetadataError::Bind { what: "rpc", .. }
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&taken.local_addr().unwrap().port().to_string()),
+            "{msg}"
+        );
+        // The store was released: a server starts on the same directory at once.
+        let r = Running::start(config(dir.path())).await;
+        r.stop().await;
+    })
+    .await
+}
+
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
@@ -478,6 +508,50 @@ async fn http_health_status_metrics() {
             tokio::net::TcpStream::connect(addr).await.is_err(),
             "http stopped"
         );
+    })
+    .await
+}
+
+/// Throughput of durable namespace changes and of the write path over RPC. Not part of the
+/// suite (`cargo test -p sluice-metadata --release --test rpc -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_rpc_throughput() {
+    within(300, async {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Running::start(config(dir.path())).await;
+        r.register(3).await;
+        for clients in [1usize, 16] {
+            let n = 2000 / clients;
+            let started = Instant::now();
+            let tasks = (0..clients).map(|c| {
+                let client = r.client.clone();
+                async move {
+                    for i in 0..n {
+                        let p = format!("/bench{clients}/c{c}/d{i}");
+                        client.mkdirs(ctx(), p, true).await.unwrap().unwrap();
+                    }
+                }
+            });
+            futures::future::join_all(tasks).await;
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "mkdirs (durable): {clients:>2} clients, {} ops in {secs:.2}s = {:.0} ops/s",
+                n * clients,
+                (n * clients) as f64 / secs
+            );
+        }
+        let started = Instant::now();
+        let files = 300;
+        for i in 0..files {
+            r.write(&format!("/files/f{i}"), &[1 << 20]).await;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "create+add_block+block_received x3+complete: {files} files in {secs:.2}s = {:.2} ms/file",
+            secs * 1000.0 / files as f64
+        );
+        r.stop().await;
     })
     .await
 }

@@ -71,7 +71,11 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     let mut preamble = [0u8; 4];
-    match tokio::time::timeout(PREAMBLE_TIMEOUT, stream.read_exact(&mut preamble)).await {
+    let read = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(PREAMBLE_TIMEOUT, stream.read_exact(&mut preamble)) => r,
+    };
+    match read {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "connection closed before its preamble");
