@@ -8,11 +8,19 @@
 //! flushes: a flush returns at once when a flush that started after its caller's writes has
 //! already completed.
 //!
+//! sled 0.34 makes its log durable with `sync_file_range`, which neither persists the file's
+//! size nor flushes the disk's write cache, and never syncs its blob files (large values).
+//! [`SledStore`] completes every flush with `fdatasync` of the log and of any new blob file
+//! (and of the blob directory), so that an acknowledged change survives a power loss.
+//!
 //! The namespace needs little: point reads, ordered prefix scans, atomic multi-key batches and
 //! an asynchronous flush that makes every earlier write durable. [`SledStore`] implements it on
 //! sled 0.34 with sled's own periodic flusher turned off: the service flushes after every change,
 //! before it answers.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -93,6 +101,63 @@ pub struct SledStore {
     db: Mutex<Option<sled::Db>>,
     path: PathBuf,
     seq: Arc<FlushSeq>,
+    files: Arc<Mutex<SyncedFiles>>,
+}
+
+/// The files of a sled database that the store syncs itself after sled's flush.
+#[derive(Debug, Default)]
+struct SyncedFiles {
+    /// sled's log file (`None` for a temporary store).
+    log: Option<File>,
+    /// sled's blob directory.
+    blobs: Option<PathBuf>,
+    /// Blob files already synced (blobs are written once and never modified).
+    synced_blobs: HashSet<OsString>,
+}
+
+impl SyncedFiles {
+    fn open(dir: &Path) -> std::io::Result<SyncedFiles> {
+        File::open(dir)?.sync_all()?;
+        Ok(SyncedFiles {
+            log: Some(File::open(dir.join("db"))?),
+            blobs: Some(dir.join("blobs")),
+            synced_blobs: HashSet::new(),
+        })
+    }
+
+    /// fdatasync of the log, new blob files and the blob directory.
+    fn sync(&mut self) -> std::io::Result<()> {
+        if let Some(log) = &self.log {
+            log.sync_data()?;
+        }
+        let Some(blobs) = &self.blobs else {
+            return Ok(());
+        };
+        let entries = match std::fs::read_dir(blobs) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut new_blobs = false;
+        for entry in entries {
+            let entry = entry?;
+            if self.synced_blobs.contains(&entry.file_name()) {
+                continue;
+            }
+            match File::open(entry.path()) {
+                Ok(f) => f.sync_data()?,
+                // Collected by sled meanwhile.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            self.synced_blobs.insert(entry.file_name());
+            new_blobs = true;
+        }
+        if new_blobs {
+            File::open(blobs)?.sync_all()?;
+        }
+        Ok(())
+    }
 }
 
 /// Batches applied, and how many of them the last completed flush covered.
@@ -128,11 +193,14 @@ impl SledStore {
             };
             match res {
                 Ok(db) => {
+                    let files = SyncedFiles::open(dir)
+                        .map_err(|e| StoreError::Backend(format!("cannot open sled files: {e}")))?;
                     return Ok(SledStore {
                         db: Mutex::new(Some(db)),
                         path: dir.to_path_buf(),
                         seq: Arc::default(),
-                    })
+                        files: Arc::new(Mutex::new(files)),
+                    });
                 }
                 Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -153,6 +221,7 @@ impl SledStore {
             db: Mutex::new(Some(db)),
             path: PathBuf::new(),
             seq: Arc::default(),
+            files: Arc::default(),
         })
     }
 
@@ -169,6 +238,13 @@ impl SledStore {
 
 fn is_lock_error(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+fn sync_files(files: &Mutex<SyncedFiles>) -> Result<(), StoreError> {
+    let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
+    files
+        .sync()
+        .map_err(|e| StoreError::Backend(format!("fdatasync failed: {e}")))
 }
 
 fn backend(e: sled::Error) -> StoreError {
@@ -207,6 +283,7 @@ impl MetaStore for SledStore {
             let db = self.db()?;
             let target = self.seq.applied.load(Ordering::SeqCst);
             let seq = self.seq.clone();
+            let files = self.files.clone();
             let flushed = tokio::task::spawn_blocking(move || {
                 let _io = io_lock();
                 if seq.flushed.load(Ordering::SeqCst) >= target {
@@ -214,6 +291,7 @@ impl MetaStore for SledStore {
                 }
                 let covered = seq.applied.load(Ordering::SeqCst);
                 db.flush().map_err(backend)?;
+                sync_files(&files)?;
                 seq.flushed.fetch_max(covered, Ordering::SeqCst);
                 Ok(())
             })
@@ -227,7 +305,8 @@ impl MetaStore for SledStore {
         match db {
             Some(db) => {
                 let _io = io_lock();
-                db.flush().map(|_| ()).map_err(backend)
+                db.flush().map_err(backend)?;
+                sync_files(&self.files)
             }
             None => Ok(()),
         }
@@ -258,5 +337,31 @@ mod tests {
         assert_eq!(rows, vec![(b"a/1".to_vec(), b"one".to_vec())]);
         assert_eq!(store.get(b"b/1").unwrap(), Some(b"other".to_vec()));
         store.close().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn flush_syncs_large_values_and_survives_reopen() {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            let dir = tempfile::tempdir().unwrap();
+            let store = SledStore::open(dir.path()).unwrap();
+            let big = vec![7u8; 512 * 1024];
+            let mut b = WriteBatch::new();
+            b.put(b"big".to_vec(), big.clone());
+            store.apply(b).unwrap();
+            store.flush().await.unwrap();
+            // A second flush with nothing new returns without syncing again.
+            store.flush().await.unwrap();
+            let synced = store.files.lock().unwrap().synced_blobs.len();
+            assert!(
+                synced >= 1,
+                "the large value went to a blob file that was synced"
+            );
+            store.close().unwrap();
+            let store = SledStore::open(dir.path()).unwrap();
+            assert_eq!(store.get(b"big").unwrap(), Some(big));
+            store.close().unwrap();
+        })
+        .await
+        .unwrap();
     }
 }
