@@ -308,9 +308,21 @@ impl MiniCluster {
             .with_context(|| format!("no DataNode {i}"))?;
         anyhow::ensure!(slot.node.is_none(), "DataNode {i} is running");
         let token = CancellationToken::new();
-        let node = DataNode::start(slot.cfg.clone(), token.clone())
-            .await
-            .with_context(|| format!("starting DataNode {i}"))?;
+        // After a kill the old listener closes a moment later: retry the same port briefly.
+        let mut attempt = 0;
+        let node = loop {
+            match DataNode::start(slot.cfg.clone(), token.clone()).await {
+                Ok(node) => break node,
+                Err(e) if attempt < 50 && slot.cfg.port != 0 => {
+                    attempt += 1;
+                    tracing::debug!(error = %e, "DataNode {i} restart: port busy, retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context(format!("starting DataNode {i}")))
+                }
+            }
+        };
         slot.cfg.port = node.data_addr().port();
         slot.cfg.http_port = node.http_addr().port();
         slot.node = Some((node, token));
