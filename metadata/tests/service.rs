@@ -233,7 +233,7 @@ async fn http_health_status_metrics() {
 }
 
 /// Throughput of durable namespace changes and of the write path over RPC. Not part of the
-/// suite (`cargo test -p sluice-metadata --release --test rpc -- --ignored --nocapture`).
+/// suite (`cargo test -p sluice-metadata --release --test service -- --ignored --nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn measure_rpc_throughput() {
