@@ -11,6 +11,7 @@
 mod admin;
 mod dfs;
 mod format;
+mod health;
 #[cfg(feature = "embedded")]
 mod local;
 
@@ -51,6 +52,8 @@ enum Command {
     /// Run a metadata service and DataNodes in this process (a development cluster).
     #[cfg(feature = "embedded")]
     Local(local::LocalArgs),
+    /// Probe a service's HTTP endpoint; exit 0 if healthy, 1 if not (container healthchecks).
+    Health(health::HealthArgs),
 }
 
 impl Command {
@@ -60,6 +63,7 @@ impl Command {
             Command::Admin(c) => c.name(),
             #[cfg(feature = "embedded")]
             Command::Local(_) => "local",
+            Command::Health(_) => "health",
         }
     }
 }
@@ -89,12 +93,17 @@ impl Globals {
 }
 
 async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
+    // A probe needs no configuration: a broken config must not make a healthy service look sick.
+    if let Command::Health(args) = &cli.command {
+        return health::run(args).await;
+    }
     let globals = Globals::load(cli)?;
     match &cli.command {
         Command::Dfs(c) => dfs::run(c, &globals).await,
         Command::Admin(c) => admin::run(c, &globals).await,
         #[cfg(feature = "embedded")]
         Command::Local(args) => local::run(args, &globals).await,
+        Command::Health(_) => Ok(ExitCode::SUCCESS), // answered above
     }
 }
 
