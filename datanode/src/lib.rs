@@ -11,12 +11,14 @@
 //! - `heartbeat`: registration, heartbeats, block reports, commands.
 //! - `server`: the accept loop and per-connection op dispatch; `http`: `/health`, `/status`,
 //!   `/metrics`; `actors`: the actix system thread.
+//! - `advertise`: `advertised.host = "@ip"` (register this machine's IP, for containers).
 //! - [`failpoint`]: named, node-scoped failpoints (feature `failpoints`).
 //! - [`metrics`], [`error`].
 //!
 //! See `docs/datanode.md` for the design.
 
 mod actors;
+mod advertise;
 mod context;
 pub mod error;
 pub mod failpoint;

@@ -32,7 +32,8 @@ struct Args {
     /// Address to bind.
     #[arg(long, value_name = "HOST")]
     bind: Option<String>,
-    /// Host name or address to register with the metadata service.
+    /// Host name or address to register with the metadata service (`@ip`: this machine's IP
+    /// address, for containers).
     #[arg(long, value_name = "HOST")]
     advertise: Option<String>,
 }

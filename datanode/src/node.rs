@@ -48,8 +48,9 @@ impl DataNode {
     /// metadata service in the background (retrying with backoff while it is unreachable — the
     /// data path works before registration), and serves. Call inside a multi-thread tokio
     /// runtime.
-    pub async fn start(cfg: DatanodeConfig, shutdown: CancellationToken) -> Result<DataNode> {
+    pub async fn start(mut cfg: DatanodeConfig, shutdown: CancellationToken) -> Result<DataNode> {
         cfg.validate()?;
+        crate::advertise::resolve(&mut cfg).await?;
         let metrics = Arc::new(Metrics::default());
         let dirs = cfg.data_dirs.0.clone();
         let m = metrics.clone();
@@ -190,8 +191,9 @@ fn bracket(host: &str) -> String {
     }
 }
 
-/// The advertised identity: `advertised.host`, else a specific `bind.host`, else the machine's
-/// host name; `advertised.port`, else the bound port.
+/// The advertised identity: `advertised.host` (`@ip` already replaced by the address, see
+/// `advertise`), else a specific `bind.host`, else the machine's host name; `advertised.port`,
+/// else the bound port.
 fn advertised_id(
     cfg: &DatanodeConfig,
     node_id: &NodeId,
@@ -226,7 +228,7 @@ fn is_specific(host: &str) -> bool {
     }
 }
 
-fn host_name() -> Option<String> {
+pub(crate) fn host_name() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is writable for its whole length, which is what we pass.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -22,6 +22,7 @@ pub struct DatanodeConfig {
     pub http_port: u16,
     /// Host name or address registered with the metadata service, which hands it to clients
     /// and peers. Empty: `bind.host` if it is a specific address, else this machine's host name.
+    /// `@ip`: this machine's IP address, found by the DataNode at start (for containers).
     #[serde(rename = "advertised.host")]
     pub advertised_host: String,
     /// Port registered for data transfer, 0: the bound port (set it behind port mapping).
