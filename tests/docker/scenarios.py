@@ -79,15 +79,15 @@ class Fault:
 
 def _fault_during_put(c, remote, position, inject, what, fault):
     """Starts a put of BIG bytes, injects `inject(service)` into the DataNode at `position` of
-    the pipeline of block 2 once 2 MiB of it are written and more is on the way (recording it
-    in `fault`), and finishes the put. Returns (data, put seconds)."""
+    the pipeline of block 2 when about 2 of its 4 MiB are fed and more is on the way
+    (recording it in `fault`), and finishes the put. Returns (data, put seconds)."""
     put = StreamingPut(c, remote, BIG, BLOCK)
     try:
-        put.feed(BLOCK + 2 * MiB)
+        put.feed(BLOCK + MiB)
         pipeline = put.pipeline(min_blocks=2)
         victim = c.service_at(pipeline[position])
-        put.feed_rest_in_background()
-        put.wait_fed(BLOCK + 4 * MiB)
+        put.feed_rest_in_background(pace=0.1)
+        put.wait_fed(BLOCK + 2 * MiB)
         say(f"    {what} {victim} ({pipeline[position]}, #{position + 1} of "
             f"{' -> '.join(pipeline)}) with {put.sent / MiB:.0f} MiB fed")
         fault.victim = victim
