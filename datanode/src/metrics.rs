@@ -134,6 +134,8 @@ metrics! {
     bytes_read: Counter,
     /// ReadBlock pieces sent.
     pieces_sent: Counter,
+    /// ReadBlock pieces read from disk (with prefetch, ahead of the one on the wire).
+    stream_pieces_read: Counter,
     /// ReadChunk chunks sent.
     chunks_sent: Counter,
     /// Bytes announced to the kernel with posix_fadvise(WILLNEED).

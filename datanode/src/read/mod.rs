@@ -1,7 +1,8 @@
-//! The read path: the `BlockReader` actor for streaming reads, the classic one-chunk read,
-//! `ReplicaInfo`, range reading with checksums, and the prefetch hook.
+//! The read path: the `BlockReader` actor for streaming reads with its read-ahead window and
+//! kernel advice, the classic one-chunk read, `ReplicaInfo`, and range reading with checksums.
 
 pub mod prefetch;
 pub mod range;
 pub mod reader;
 pub(crate) mod serve;
+pub mod window;

@@ -11,7 +11,7 @@
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
 use crate::storage::meta::{self, MetaHeader};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use sluice_common::checksum::{self, CHECKSUM_SIZE};
 use sluice_common::proto::ReplicaState;
 
@@ -46,12 +46,40 @@ impl Piece {
     pub fn checksums(&self) -> Bytes {
         self.payload.slice(..self.sums_len)
     }
+
+    /// Checksums then data, borrowed (to write to a socket without a copy).
+    pub fn payload_bytes(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The buffer back, for reuse, when nothing else shares it.
+    pub fn into_buffer(self) -> Option<BytesMut> {
+        self.payload.try_into_mut().ok()
+    }
 }
 
 /// Reads `[start, start + len)` of `r` (`start` on a chunk boundary) with its checksums,
 /// straight into one frame payload. `stored_len` is the replica's length on disk when the read
 /// began.
 pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> Result<Piece> {
+    let size = payload_len(r, len);
+    read_piece_into(r, start, len, stored_len, BytesMut::zeroed(size))
+}
+
+/// Bytes of checksums and data a piece of `len` data bytes of `r` takes.
+pub fn payload_len(r: &ReadReplica, len: usize) -> usize {
+    checksum::checksum_len(len, r.entry.bytes_per_checksum.max(1)) + len
+}
+
+/// As [`read_piece`], into `buf` (a recycled buffer of [`payload_len`] bytes; its contents
+/// are overwritten).
+pub fn read_piece_into(
+    r: &ReadReplica,
+    start: u64,
+    len: usize,
+    stored_len: u64,
+    mut buf: BytesMut,
+) -> Result<Piece> {
     let bpc32 = r.entry.bytes_per_checksum;
     let bpc = bpc32 as u64;
     if bpc == 0 || !start.is_multiple_of(bpc) {
@@ -60,7 +88,7 @@ pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> R
         )));
     }
     let sums_len = checksum::checksum_len(len, bpc32);
-    let mut buf = vec![0u8; sums_len + len];
+    buf.resize(sums_len + len, 0);
     let (sums, data) = buf.split_at_mut(sums_len);
     meta::read_exact_at(&r.block, data, start, &r.block_path)?;
     meta::read_exact_at(
@@ -85,7 +113,7 @@ pub fn read_piece(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> R
     }
     Ok(Piece {
         offset: start,
-        payload: Bytes::from(buf),
+        payload: buf.freeze(),
         sums_len,
     })
 }

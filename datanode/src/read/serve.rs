@@ -10,24 +10,30 @@
 use super::prefetch::Prefetcher;
 use super::range::{read_piece, Piece};
 use super::reader::{BlockReader, PieceSource};
+use super::window::ReadWindow;
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
 use crate::wire::{self, FrameWriter};
 use actix::Actor;
-use bytes::Bytes;
+use bytes::{Buf, BufMut, Bytes};
+use futures::SinkExt;
 use sluice_common::checksum;
+use sluice_common::frame::{self, PREFIX_LEN};
 use sluice_common::proto::{
     ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfoOp,
     ReplicaState,
 };
-use sluice_common::{ExtendedBlock, Status};
+use sluice_common::{ExtendedBlock, FrameError, Status};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 /// Room for a frame's prefix and header beside its payload.
 const FRAME_SLACK: u64 = 4096;
-/// Pieces read ahead of the one on the wire, at most.
-const MAX_WINDOW_PIECES: u64 = 4;
+/// Pieces read ahead of the one on the wire, at most, whatever `read.prefetch.bytes` says
+/// (the kernel is still advised over the whole prefetch range).
+const MAX_AHEAD_PIECES: u64 = 16;
 
 /// A replica opened for a read, and the range to send.
 struct ReadPlan {
@@ -84,9 +90,51 @@ async fn send_piece(ctx: &Ctx, w: &mut FrameWriter, p: &Piece, bpc: u32) -> Resu
         data_len: p.data_len() as u32,
         bytes_per_checksum: bpc,
     };
-    wire::send(w, Message::Chunk(header), p.payload(), ctx.socket_timeout()).await?;
+    let max = ctx.cfg.max_frame_bytes.as_usize();
+    let t = ctx.socket_timeout();
+    write_frame(w, &Message::Chunk(header), p.payload_bytes(), max, t).await?;
     ctx.metrics.bytes_read.add(p.data_len() as u64);
     Ok(())
+}
+
+/// Writes one frame straight from `payload` to the socket, prefix and header in the same
+/// vectored write: the codec would first copy the whole payload into its write buffer.
+async fn write_frame(
+    w: &mut FrameWriter,
+    msg: &Message,
+    payload: &[u8],
+    max_frame: usize,
+    timeout: Duration,
+) -> Result<()> {
+    let header = frame::encode_header(msg)?;
+    let frame_len = 4 + header.len() + payload.len();
+    if frame_len > max_frame {
+        return Err(FrameError::TooLarge {
+            len: frame_len as u64,
+            max: max_frame as u64,
+        }
+        .into());
+    }
+    let mut head = Vec::with_capacity(PREFIX_LEN + header.len());
+    head.put_u32(frame_len as u32);
+    head.put_u32(header.len() as u32);
+    head.put_slice(&header);
+    let write = async {
+        // Anything the codec still buffers goes first.
+        w.flush().await?;
+        let mut buf = head.as_slice().chain(payload);
+        w.get_mut()
+            .write_all_buf(&mut buf)
+            .await
+            .map_err(|e| DatanodeError::from(FrameError::Io(e)))
+    };
+    match tokio::time::timeout(timeout, write).await {
+        Ok(r) => r,
+        Err(_) => Err(DatanodeError::Timeout {
+            what: "the peer to take a frame",
+            secs: timeout.as_secs_f64(),
+        }),
+    }
 }
 
 /// The data bytes per piece: asked (0: configured), a multiple of `bpc`, fitting a frame.
@@ -98,6 +146,12 @@ fn piece_size(ctx: &Ctx, asked: u32, bpc: u64) -> u64 {
     };
     let max_data = ctx.cfg.max_frame_bytes.bytes().saturating_sub(FRAME_SLACK) * bpc / (bpc + 4);
     (want.min(max_data) / bpc * bpc).max(bpc)
+}
+
+/// Pieces read ahead of the one on the wire for a prefetch range of `prefetch` bytes: enough
+/// to cover it, at most [`MAX_AHEAD_PIECES`]; 0 when prefetch is off.
+fn ahead_pieces(prefetch: u64, piece: u64) -> usize {
+    prefetch.div_ceil(piece.max(1)).min(MAX_AHEAD_PIECES) as usize
 }
 
 /// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
@@ -112,7 +166,7 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     let bpc32 = plan.replica.entry.bytes_per_checksum;
     let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
-    let window = (prefetch_bytes / piece).clamp(1, MAX_WINDOW_PIECES) as usize;
+    let window = ReadWindow::new(ahead_pieces(prefetch_bytes, piece));
     let prefetch = Prefetcher::new(
         plan.start,
         plan.end,
@@ -128,10 +182,11 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
         prefetch,
         ctx.metrics.clone(),
     );
-    let (tx, mut rx) = mpsc::channel(window);
+    let (tx, mut rx) = mpsc::channel(window.ahead() + 1);
     let io = ctx.io.clone();
-    let _reader =
-        BlockReader::start_in_arbiter(&ctx.arbiter, move |_| BlockReader::new(source, tx, io));
+    let _reader = BlockReader::start_in_arbiter(&ctx.arbiter, move |_| {
+        BlockReader::new(source, window, tx, io)
+    });
     let end = loop {
         let next = tokio::select! {
             biased;
@@ -146,15 +201,18 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
                     message: String::new(),
                 }
             }
-            Some(Ok(p)) => {
+            Some(Ok(held)) => {
+                let Some(p) = held.piece() else { continue };
                 // A reader that stopped reading must not hold up a stop for a socket timeout.
                 tokio::select! {
                     biased;
                     _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
                     _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
-                    r = send_piece(ctx, w, &p, bpc32) => r?,
+                    r = send_piece(ctx, w, p, bpc32) => r?,
                 }
                 ctx.metrics.pieces_sent.inc();
+                // Dropping it frees its window slot: the reader may read one more piece ahead.
+                drop(held);
             }
             Some(Err(e)) => {
                 tracing::warn!(block = %op.block.id, "streaming read failed: {e}");
@@ -216,4 +274,18 @@ pub(crate) async fn replica_info(ctx: &Ctx, op: ReplicaInfoOp, w: &mut FrameWrit
         }
     };
     wire::respond(w, resp, ctx.socket_timeout()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_covers_the_prefetch_range_in_pieces_and_zero_turns_it_off() {
+        let mib = 1 << 20;
+        assert_eq!(ahead_pieces(0, mib), 0);
+        assert_eq!(ahead_pieces(8 * mib, mib), 8);
+        assert_eq!(ahead_pieces(mib / 2, mib), 1);
+        assert_eq!(ahead_pieces(64 * mib, mib), MAX_AHEAD_PIECES as usize);
+    }
 }
