@@ -50,8 +50,7 @@ impl ReadBuffer {
     }
 
     /// Bytes held.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.len
     }
 
@@ -183,7 +182,7 @@ mod tests {
         assert_eq!(b.free(), 0);
         b.release_before(2500);
         assert_eq!(b.pieces(), 2, "two whole pieces freed, the third cut");
-        assert_eq!((b.start(), b.len()), (2500, 4096 - 2500));
+        assert_eq!((b.start(), b.held()), (2500, 4096 - 2500));
         let mut out = vec![0u8; 2000];
         let n = b.copy_at(2500, &mut out);
         assert_eq!(n, 4096 - 2500);
@@ -199,7 +198,7 @@ mod tests {
         let mut b = ReadBuffer::new(0, 2048);
         b.push(0, piece(0, 1024)).unwrap();
         b.release_before(1500);
-        assert_eq!((b.start(), b.len()), (1500, 0));
+        assert_eq!((b.start(), b.held()), (1500, 0));
         // The next piece [1024, 2048) arrives: only [1500, 2048) is kept.
         b.push(1024, piece(1024, 1024)).unwrap();
         assert_eq!((b.start(), b.end()), (1500, 2048));
@@ -208,7 +207,7 @@ mod tests {
         assert_eq!(&out[..], &piece(1500, 4)[..]);
         // A piece entirely before the end is ignored.
         b.push(0, piece(0, 100)).unwrap();
-        assert_eq!(b.len(), 548);
+        assert_eq!(b.held(), 548);
     }
 
     #[test]

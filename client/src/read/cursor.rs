@@ -6,6 +6,7 @@
 
 use super::buffer::ReadBuffer;
 use super::chunk::ChunkReader;
+use super::stats::ReadStats;
 use super::stream::{BlockStream, Wait};
 use super::ReadCtx;
 use crate::error::ClientError;
@@ -45,6 +46,26 @@ impl Cursor {
             source: Source::None,
             failed: Vec::new(),
             last_error: None,
+        }
+    }
+
+    /// Adds the current block's part to `s`: buffered bytes, serving and excluded DataNodes.
+    pub(crate) fn fill_stats(&self, s: &mut ReadStats) {
+        if self.index == usize::MAX {
+            return;
+        }
+        s.block_index = Some(self.index);
+        s.excluded = self.failed.clone();
+        match &self.source {
+            Source::None => {}
+            Source::Stream(st) => {
+                s.buffered = st.buffered() as u64;
+                s.datanode = Some(st.node().clone());
+            }
+            Source::Chunk { reader, buf } => {
+                s.buffered = buf.held() as u64;
+                s.datanode = Some(reader.node().clone());
+            }
         }
     }
 
@@ -110,7 +131,8 @@ impl Cursor {
             let dn = self.pick(lb, bpos)?;
             let length = lb.block.num_bytes - bpos;
             debug!(block = %lb.block.id, node = %dn, offset = bpos, length, "starting stream");
-            let s = BlockStream::start(dn, lb.block, bpos, length, self.ctx.params);
+            let counters = Arc::clone(&self.ctx.counters);
+            let s = BlockStream::start(dn, lb.block, (bpos, length), self.ctx.params, counters);
             self.source = Source::Stream(s);
         }
         let Source::Stream(s) = &self.source else {
@@ -164,8 +186,10 @@ impl Cursor {
         };
         let length = self.ctx.chunk_size.min(lb.block.num_bytes - bpos);
         let verify = self.ctx.params.verify;
+        self.ctx.counters.request();
         let outcome: Result<(), ClientError> = match reader.read(bpos, length, verify).await {
             Ok(chunk) => {
+                self.ctx.counters.received(chunk.data.len());
                 *buf = ReadBuffer::new(bpos, usize::MAX);
                 let _ = buf.push(chunk.start, chunk.data);
                 if buf.contains(bpos) {
@@ -244,6 +268,7 @@ pub(crate) async fn report_bad(
         node: node.node_id.clone(),
         reason: e.to_string(),
     }];
+    ctx.counters.reported_bad();
     let r = ctx
         .fs
         .call("report_bad_blocks", true, |c, cx| {

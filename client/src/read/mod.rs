@@ -5,24 +5,27 @@
 //! - [`chunk`]: chunk mode, one `ReadChunk` per chunk.
 //! - [`cursor`]: the current block, refills, and replica failover.
 //! - [`locate`]: the blocks and, for a file being written, the last block's visible length.
-//!
-//! Positioned reads ([`FileReader::read_at`]) use their own short requests and never touch the
-//! stream.
+//! - [`positioned`]: positioned reads ([`FileReader::read_at`]), with requests of their own
+//!   that never touch the stream.
+//! - [`stats`]: what a reader has done ([`ReadStats`]).
 
 mod buffer;
 mod chunk;
 mod cursor;
 mod locate;
+mod positioned;
+mod stats;
 mod stream;
 
-use crate::connection::{chunk_data, message_name, status_error, DnConnection, DnSettings};
+use crate::connection::DnSettings;
 use crate::error::ClientError;
 use crate::filesystem::FsInner;
 use cursor::Cursor;
 use sluice_common::config::ReadMode;
-use sluice_common::proto::{Message, Op, ReadBlockOp};
 use sluice_common::rpc::{FileKind, LocatedBlock};
-use sluice_common::{DatanodeId, MetaError};
+use sluice_common::MetaError;
+use stats::ReadCounters;
+pub use stats::ReadStats;
 use std::future::Future;
 use std::io::{self, SeekFrom};
 use std::pin::Pin;
@@ -30,7 +33,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use stream::StreamParams;
 use tokio::io::{AsyncRead, AsyncSeek, ReadBuf};
-use tracing::{debug, warn};
+use tracing::debug;
 
 /// Options of [`crate::FileSystem::open_with`]; `None` takes the configured value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,6 +56,7 @@ pub(crate) struct ReadCtx {
     pub mode: ReadMode,
     pub params: StreamParams,
     pub chunk_size: u64,
+    pub counters: Arc<ReadCounters>,
 }
 
 impl ReadCtx {
@@ -138,6 +142,7 @@ impl FileReader {
             mode: opts.mode.unwrap_or(cfg.read_mode),
             params,
             chunk_size: cfg.read_chunk_size.bytes(),
+            counters: Arc::default(),
             fs,
         });
         Ok(FileReader {
@@ -163,9 +168,26 @@ impl FileReader {
         self.pos
     }
 
+    /// The file's blocks as this reader reads them: offsets, readable lengths, and replicas
+    /// in the order they are tried.
+    pub fn blocks(&self) -> &[LocatedBlock] {
+        &self.ctx.blocks
+    }
+
     /// The read mode in use.
     pub fn mode(&self) -> ReadMode {
         self.ctx.mode
+    }
+
+    /// What this reader has done so far: requests, bytes received, bytes buffered, the
+    /// DataNode serving the current block and those excluded for it. The per-block part is
+    /// empty while a refill is in progress.
+    pub fn stats(&self) -> ReadStats {
+        let mut s = self.ctx.counters.snapshot();
+        if let Some(c) = &self.cursor {
+            c.fill_stats(&mut s);
+        }
+        s
     }
 
     /// Reads up to `buf.len()` bytes at `pos` with requests of its own, without moving or
@@ -180,7 +202,7 @@ impl FileReader {
             let lb = &self.ctx.blocks[idx];
             let bpos = p - lb.offset;
             let want = ((lb.block.num_bytes - bpos) as usize).min(buf.len() - done);
-            read_range(&self.ctx, lb, bpos, &mut buf[done..done + want]).await?;
+            positioned::read_range(&self.ctx, lb, bpos, &mut buf[done..done + want]).await?;
             done += want;
         }
         Ok(done)
@@ -254,101 +276,4 @@ impl AsyncSeek for FileReader {
     fn poll_complete(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
         Poll::Ready(Ok(self.pos))
     }
-}
-
-/// Reads `out.len()` bytes at block offset `bpos` of `lb`, trying each replica in turn.
-async fn read_range(
-    ctx: &ReadCtx,
-    lb: &LocatedBlock,
-    bpos: u64,
-    out: &mut [u8],
-) -> Result<(), ClientError> {
-    let mut last: Option<ClientError> = None;
-    for dn in &lb.locations {
-        match read_range_from(ctx, dn, lb, bpos, out).await {
-            Ok(()) => return Ok(()),
-            Err(e) => {
-                warn!(block = %lb.block.id, node = %dn, error = %e, "positioned read failed");
-                if matches!(e, ClientError::Checksum { .. }) {
-                    cursor::report_bad(ctx, lb, dn, &e).await;
-                }
-                last = Some(e);
-            }
-        }
-    }
-    Err(last.unwrap_or(ClientError::NoReplica {
-        block: lb.block.id,
-        offset: bpos,
-    }))
-}
-
-/// One replica's attempt at a positioned read: one `ReadBlock` for exactly the range.
-async fn read_range_from(
-    ctx: &ReadCtx,
-    dn: &DatanodeId,
-    lb: &LocatedBlock,
-    bpos: u64,
-    out: &mut [u8],
-) -> Result<(), ClientError> {
-    let mut conn = DnConnection::connect(dn, ctx.params.settings).await?;
-    let op = ReadBlockOp {
-        block: lb.block,
-        offset: bpos,
-        length: out.len() as u64,
-        piece_size: ctx.params.piece_size,
-    };
-    conn.send_op(Op::ReadBlock(op)).await?;
-    conn.recv_op_response(lb.block.id).await?;
-    let end = bpos + out.len() as u64;
-    let mut filled = bpos; // block offset up to which `out` is filled
-    loop {
-        let frame = conn.recv("a read chunk").await?;
-        match frame.header {
-            Message::Chunk(h) => {
-                let data = chunk_data(
-                    &h,
-                    frame.payload,
-                    lb.block.id,
-                    conn.node(),
-                    ctx.params.verify,
-                )?;
-                if h.offset > filled {
-                    let reason = format!("chunk at {} leaves a hole after {filled}", h.offset);
-                    return Err(ClientError::protocol(conn.node(), reason));
-                }
-                filled = copy_overlap(h.offset, &data, filled, bpos, out);
-            }
-            Message::ReadEnd(e) if e.status.is_success() => break,
-            Message::ReadEnd(e) => {
-                return Err(status_error(conn.node(), lb.block.id, e.status, &e.message))
-            }
-            other => {
-                let reason = format!("expected a Chunk or ReadEnd, got {}", message_name(&other));
-                return Err(ClientError::protocol(conn.node(), reason));
-            }
-        }
-    }
-    if filled < end {
-        return Err(ClientError::ShortReplica {
-            block: lb.block.id,
-            node: conn.node().to_string(),
-            visible: filled,
-            wanted: end,
-        });
-    }
-    Ok(())
-}
-
-/// Copies the part of `data` (at block offset `at`) past `filled` into `out` (which holds block
-/// offsets `[bpos, bpos + out.len())`); returns the new `filled`.
-fn copy_overlap(at: u64, data: &[u8], filled: u64, bpos: u64, out: &mut [u8]) -> u64 {
-    let end = bpos + out.len() as u64;
-    let from = filled.max(at);
-    let to = (at + data.len() as u64).min(end);
-    if to <= from {
-        return filled;
-    }
-    let src = &data[(from - at) as usize..(to - at) as usize];
-    out[(from - bpos) as usize..(to - bpos) as usize].copy_from_slice(src);
-    to
 }

@@ -5,6 +5,7 @@
 //! never touch the network.
 
 use super::buffer::ReadBuffer;
+use super::stats::ReadCounters;
 use crate::connection::{chunk_data, message_name, status_error, DnConnection, DnSettings};
 use crate::error::ClientError;
 use sluice_common::proto::{Message, Op, ReadBlockOp};
@@ -78,9 +79,9 @@ impl BlockStream {
     pub(crate) fn start(
         node: DatanodeId,
         block: ExtendedBlock,
-        offset: u64,
-        length: u64,
+        (offset, length): (u64, u64),
         params: StreamParams,
+        counters: Arc<ReadCounters>,
     ) -> BlockStream {
         let shared = Arc::new(Shared {
             state: Mutex::new(StreamState {
@@ -97,9 +98,9 @@ impl BlockStream {
                 Arc::clone(&shared),
                 node.clone(),
                 block,
-                offset,
-                length,
+                (offset, length),
                 params,
+                counters,
             )
             .instrument(span),
         );
@@ -119,6 +120,11 @@ impl BlockStream {
     /// True once the stream delivered at least one chunk.
     pub(crate) fn progressed(&self) -> bool {
         self.shared.lock().progressed
+    }
+
+    /// Bytes received and not yet read.
+    pub(crate) fn buffered(&self) -> usize {
+        self.shared.lock().buf.held()
     }
 
     /// Copies buffered bytes at block offset `pos` into `out` and releases them; 0 when `pos`
@@ -169,11 +175,11 @@ async fn fetch(
     shared: Arc<Shared>,
     node: DatanodeId,
     block: ExtendedBlock,
-    offset: u64,
-    length: u64,
+    range: (u64, u64),
     params: StreamParams,
+    counters: Arc<ReadCounters>,
 ) {
-    let r = fetch_inner(&shared, &node, block, offset, length, params).await;
+    let r = fetch_inner(&shared, &node, block, range, params, &counters).await;
     if let Err(e) = &r {
         debug!(error = %e, "stream failed");
     }
@@ -185,11 +191,12 @@ async fn fetch_inner(
     shared: &Shared,
     node: &DatanodeId,
     block: ExtendedBlock,
-    offset: u64,
-    length: u64,
+    (offset, length): (u64, u64),
     params: StreamParams,
+    counters: &ReadCounters,
 ) -> Result<u64, ClientError> {
     let mut conn = DnConnection::connect(node, params.settings).await?;
+    counters.request();
     let op = ReadBlockOp {
         block,
         offset,
@@ -209,6 +216,7 @@ async fn fetch_inner(
         match frame.header {
             Message::Chunk(h) => {
                 let data = chunk_data(&h, frame.payload, block.id, conn.node(), params.verify)?;
+                counters.received(data.len());
                 check_order(&h, next, offset, conn.node())?;
                 next = Some(h.offset + data.len() as u64);
                 let pushed = {
