@@ -224,6 +224,21 @@ impl FileSystem {
             .await
     }
 
+    /// Recovers the lease of a file whose writer may have disappeared (HDFS
+    /// `DistributedFileSystem.recoverLease`): the metadata service recovers the file's last
+    /// block and closes it, whoever holds the lease. Returns true once the file is closed (at
+    /// once if it was not open); false while recovery runs — call again after a moment.
+    pub async fn recover_lease(&self, path: &str) -> Result<bool, ClientError> {
+        let p = path.to_string();
+        let client = self.inner.client_name.clone();
+        self.inner
+            .call("recover_lease", true, |c, ctx| {
+                let (p, client) = (p.clone(), client.clone());
+                async move { c.recover_lease(ctx, p, client).await }
+            })
+            .await
+    }
+
     /// The DataNodes and block totals.
     pub async fn cluster_report(&self) -> Result<ClusterReport, ClientError> {
         self.inner

@@ -9,7 +9,8 @@
 //! - `ReadBlock`: the DataNode sends [`Message::Chunk`]s (payload: checksums then data) for the
 //!   whole range, then [`Message::ReadEnd`].
 //! - `ReadChunk`: the DataNode sends one [`Message::Chunk`]; the connection then takes the next op.
-//! - `TransferBlock`, `ReplicaInfo`: the `OpResponse` is the whole answer.
+//! - `TransferBlock`, `ReplicaInfo`, `InitReplicaRecovery`, `UpdateReplicaUnderRecovery`: the
+//!   `OpResponse` is the whole answer.
 
 use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp};
 use crate::status::Status;
@@ -56,6 +57,12 @@ pub enum Op {
     TransferBlock(TransferBlockOp),
     /// Report this DataNode's replica: state, generation stamp, visible length.
     ReplicaInfo(ReplicaInfoOp),
+    /// Block recovery, first step (sent by the recovery's primary DataNode to every location):
+    /// stop any writer of the replica, put it under recovery (Rur) and report it.
+    InitReplicaRecovery(InitReplicaRecoveryOp),
+    /// Block recovery, second step: truncate the replica under recovery to the agreed length,
+    /// give it the recovery id as generation stamp, and finalize it.
+    UpdateReplicaUnderRecovery(UpdateReplicaOp),
 }
 
 /// Why a pipeline is being set up (HDFS's `BlockConstructionStage`, reduced to what Sluice uses).
@@ -277,4 +284,30 @@ pub struct TransferBlockOp {
 pub struct ReplicaInfoOp {
     /// The block (its generation stamp and length are ignored).
     pub block: ExtendedBlock,
+}
+
+/// Put a replica under recovery (HDFS `initReplicaRecovery`). The answer's `replica` is the
+/// replica as it was before: its generation stamp, its length (bytes on disk for a replica being
+/// written, the final length of a finalized one) and its **original** state (never `Rur`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitReplicaRecoveryOp {
+    /// The block as the metadata service knows it: id and generation stamp (a replica with an
+    /// older one is refused as stale); the length is ignored.
+    pub block: ExtendedBlock,
+    /// The recovery id: a generation stamp newer than the replica's.
+    pub recovery_id: GenerationStamp,
+}
+
+/// Finish the recovery of a replica (HDFS `updateReplicaUnderRecovery`): the replica must be
+/// under recovery with `recovery_id`; it is truncated to `new_length` (a finalized one must
+/// already have it), takes `recovery_id` as generation stamp and is finalized. The answer's
+/// `replica` is the finalized replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateReplicaOp {
+    /// The block: id and the replica's generation stamp as `InitReplicaRecovery` reported it.
+    pub block: ExtendedBlock,
+    /// The recovery id the replica was put under recovery with.
+    pub recovery_id: GenerationStamp,
+    /// The agreed length.
+    pub new_length: u64,
 }

@@ -10,7 +10,7 @@
 //! protocol of [`crate::frame`].
 
 use crate::error::MetaError;
-use crate::ids::{DatanodeId, ExtendedBlock, NodeId};
+use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp, NodeId};
 use crate::proto::ReplicaState;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -301,6 +301,11 @@ pub trait ClientProtocol {
     async fn cluster_report() -> Result<ClusterReport, MetaError>;
     /// Block-level health of every file at or under `path`.
     async fn fsck(path: String) -> Result<FsckReport, MetaError>;
+    /// Starts lease recovery of the file at `path` for `client` (HDFS
+    /// `DistributedFileSystem.recoverLease`): the file's last block is recovered and the file
+    /// closed, whoever held its lease. `Ok(true)` once the file is closed (at once if it was
+    /// not open); `Ok(false)` while recovery runs — call again.
+    async fn recover_lease(path: String, client: String) -> Result<bool, MetaError>;
 }
 
 /// What a DataNode sends when it registers.
@@ -336,6 +341,11 @@ pub struct Heartbeat {
     pub remaining: u64,
     /// Data-transfer connections being served.
     pub active_transfers: u32,
+    /// Re-replication copies (`Transfer` commands) running on this DataNode (HDFS's
+    /// `xmitsInProgress`): the metadata service hands out at most
+    /// `replication.max-streams` minus this many new ones.
+    #[serde(default)]
+    pub transfers_in_progress: u32,
 }
 
 /// Work the metadata service hands to a DataNode in a heartbeat reply.
@@ -355,6 +365,39 @@ pub enum DatanodeCommand {
     },
     /// Register again, then send a full block report (the service lost track of this node).
     Reregister,
+    /// Be the primary of a block recovery (lease recovery of an abandoned file): ask every
+    /// location for its replica, agree on a length, update the replicas and report with
+    /// `commit_block_synchronization`.
+    RecoverBlock(RecoveringBlock),
+}
+
+/// A block to recover (HDFS `RecoveringBlock`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveringBlock {
+    /// The block as the metadata service knows it (id, generation stamp, length so far).
+    pub block: ExtendedBlock,
+    /// The recovery id: the block's generation stamp once recovered.
+    pub recovery_id: GenerationStamp,
+    /// Every DataNode that may hold a replica (the primary among them).
+    pub locations: Vec<DatanodeId>,
+}
+
+/// The outcome of a block recovery, reported by its primary DataNode (HDFS
+/// `commitBlockSynchronization`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSync {
+    /// The block as the `RecoverBlock` command named it.
+    pub block: ExtendedBlock,
+    /// The recovery id, now the generation stamp of the recovered replicas.
+    pub new_gen_stamp: GenerationStamp,
+    /// The agreed length.
+    pub new_length: u64,
+    /// Close the file once the block is recorded.
+    pub close_file: bool,
+    /// No replica holds any byte of the block: remove it from the file.
+    pub delete_block: bool,
+    /// The DataNodes whose replicas were finalized at `new_gen_stamp` and `new_length`.
+    pub new_targets: Vec<NodeId>,
 }
 
 /// The reply to a heartbeat.
@@ -371,6 +414,8 @@ pub enum ReplicaEvent {
     Received(ExtendedBlock),
     /// A replica was deleted.
     Deleted(ExtendedBlock),
+    /// The block scanner found a replica whose data does not match its checksums.
+    Corrupt(ExtendedBlock),
 }
 
 /// One replica in a full block report.
@@ -394,6 +439,9 @@ pub trait DatanodeProtocol {
     /// Every replica the DataNode holds (Temporary replicas excluded). Returns the number of
     /// replicas the service did not know and scheduled for deletion.
     async fn block_report(node: NodeId, replicas: Vec<ReplicaReport>) -> Result<u64, MetaError>;
+    /// The result of a block recovery this DataNode ran as primary: records the block's new
+    /// generation stamp, length and locations (or removes it) and closes the file.
+    async fn commit_block_synchronization(sync: BlockSync) -> Result<(), MetaError>;
 }
 
 /// A tarpc context whose deadline is `timeout` from now.

@@ -8,6 +8,8 @@
 //!   around a [`write::sink::ReplicaSink`].
 //! - [`read`]: the `BlockReader` actor (streaming read), the classic chunk read, prefetch.
 //! - `transfer`: the source side of `TransferBlock`.
+//! - [`recovery`]: block recovery — the recovery ops, the primary's worker, the length rules.
+//! - `scanner`: the block scanner (verifies finalized replicas' checksums at a bounded rate).
 //! - `heartbeat`: registration, heartbeats, block reports, commands.
 //! - `server`: the accept loop and per-connection op dispatch; `http`: `/health`, `/status`,
 //!   `/metrics`; `actors`: the actix system thread.
@@ -27,6 +29,8 @@ mod http;
 pub mod metrics;
 pub mod node;
 pub mod read;
+pub mod recovery;
+mod scanner;
 mod server;
 pub mod storage;
 mod transfer;

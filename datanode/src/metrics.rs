@@ -152,6 +152,28 @@ metrics! {
     replica_events_sent: Counter,
     /// Failed calls to the metadata service.
     metadata_rpc_errors: Counter,
+    /// Re-replication copies (`Transfer` commands) running now (reported in heartbeats).
+    replication_transfers_active: Gauge,
+    /// High-water mark of `replication_transfers_active`.
+    replication_transfers_peak: Gauge,
+    /// `Transfer` commands run.
+    replication_transfers: Counter,
+    /// `Transfer` commands that failed.
+    replication_transfer_failures: Counter,
+    /// Block recoveries run as primary (`RecoverBlock` commands).
+    block_recoveries: Counter,
+    /// Block recoveries that ended without a report to the metadata service.
+    block_recovery_failures: Counter,
+    /// Replicas put under recovery (`InitReplicaRecovery` ops served).
+    replicas_under_recovery: Counter,
+    /// Replicas recovered (`UpdateReplicaUnderRecovery` ops served).
+    replicas_recovered: Counter,
+    /// Replicas the block scanner verified.
+    scanner_replicas_verified: Counter,
+    /// Bytes the block scanner verified.
+    scanner_bytes_verified: Counter,
+    /// Corrupt replicas the block scanner found (and reported).
+    scanner_corrupt_replicas: Counter,
 }
 
 #[cfg(test)]

@@ -78,6 +78,7 @@ impl DataNode {
         let tracker = TaskTracker::new();
         let accept = tokio::spawn(server::run(ctx.clone(), listener, tracker.clone()));
         let heartbeat = tokio::spawn(heartbeat::run(ctx.clone(), tracker.clone()));
+        tracker.spawn(crate::scanner::run(ctx.clone()));
         let server = crate::http::server(ctx.clone(), http_listener).map_err(|source| {
             DatanodeError::Bind {
                 addr: http_addr.to_string(),

@@ -5,6 +5,10 @@
 //! Replica locations are never persisted: they come back from block reports. A DataNode
 //! declared dead loses its replicas here (they stop counting) and must register and report
 //! again.
+//!
+//! Every change to a block (its state, replicas, corrupt or deletion marks) marks it *dirty*;
+//! the monitor takes the dirty set each pass and decides what the block needs (re-replication,
+//! deletion of excess or corrupt replicas), so a pass costs what changed, not the whole map.
 
 use crate::namespace::{BlockState, InodeId};
 use sluice_common::proto::ReplicaState;
@@ -43,6 +47,9 @@ pub struct BlockInfo {
     pub replicas: HashMap<NodeId, Replica>,
     /// DataNodes whose replica was reported corrupt.
     pub corrupt: BTreeSet<NodeId>,
+    /// DataNodes whose replica is being deleted (excess or corrupt): no longer counted, and
+    /// not scheduled for deletion again.
+    pub deleting: BTreeSet<NodeId>,
 }
 
 impl BlockInfo {
@@ -58,6 +65,7 @@ impl BlockInfo {
             pending_gen_stamp: None,
             replicas: HashMap::new(),
             corrupt: BTreeSet::new(),
+            deleting: BTreeSet::new(),
         }
     }
 
@@ -67,10 +75,13 @@ impl BlockInfo {
     }
 
     /// Whether a replica counts as a good copy of the block's current version: current
-    /// generation stamp, not corrupt, and finalized at the right length once the length is
-    /// final (any state while the block is being written).
+    /// generation stamp, neither corrupt nor being deleted, and finalized at the
+    /// right length once the length is final (any state while the block is being written).
     pub fn is_good(&self, node: &NodeId, r: &Replica) -> bool {
-        if r.gen_stamp != self.gen_stamp || self.corrupt.contains(node) {
+        if r.gen_stamp != self.gen_stamp
+            || self.corrupt.contains(node)
+            || self.deleting.contains(node)
+        {
             return false;
         }
         match self.state {
@@ -106,6 +117,13 @@ impl BlockInfo {
             .count()
     }
 
+    /// Forgets everything about the replica on `node`.
+    fn drop_replica(&mut self, node: &NodeId) {
+        self.replicas.remove(node);
+        self.corrupt.remove(node);
+        self.deleting.remove(node);
+    }
+
     /// The highest generation stamp this block's replicas may carry.
     pub fn newest_gen_stamp(&self) -> GenerationStamp {
         self.pending_gen_stamp
@@ -136,12 +154,17 @@ pub struct BlockTotals {
     pub corrupt: u64,
 }
 
+/// Blocks whose state or replicas changed since the monitor last looked.
+#[derive(Debug, Default)]
+struct Dirty(BTreeSet<BlockId>);
+
 /// The block map.
 #[derive(Debug, Default)]
 pub struct BlockManager {
     blocks: HashMap<BlockId, BlockInfo>,
     node_blocks: HashMap<NodeId, HashSet<BlockId>>,
     invalidate: HashMap<NodeId, BTreeMap<(BlockId, GenerationStamp), ExtendedBlock>>,
+    dirty: Dirty,
 }
 
 impl BlockManager {
@@ -165,20 +188,44 @@ impl BlockManager {
         self.blocks.get(&id)
     }
 
-    /// The block `id`, mutable.
+    /// The block `id`, mutable. The block is marked dirty (the caller may change anything).
     pub fn get_mut(&mut self, id: BlockId) -> Option<&mut BlockInfo> {
-        self.blocks.get_mut(&id)
+        let info = self.blocks.get_mut(&id)?;
+        self.dirty.0.insert(id);
+        Some(info)
     }
 
-    /// Adds a block.
+    /// Adds a block (dirty).
     pub fn insert(&mut self, id: BlockId, info: BlockInfo) {
         self.blocks.insert(id, info);
+        self.dirty.0.insert(id);
+    }
+
+    /// Marks a block for the monitor to look at again.
+    pub fn mark_dirty(&mut self, id: BlockId) {
+        if self.blocks.contains_key(&id) {
+            self.dirty.0.insert(id);
+        }
+    }
+
+    /// Takes the blocks changed since the last call, in id order.
+    pub fn take_dirty(&mut self) -> Vec<BlockId> {
+        std::mem::take(&mut self.dirty.0).into_iter().collect()
+    }
+
+    /// Blocks `node` is known to hold.
+    pub fn node_blocks(&self, node: &NodeId) -> Vec<BlockId> {
+        self.node_blocks
+            .get(node)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Removes a block; every DataNode holding or expected to hold a replica is told to delete
     /// it.
     pub fn remove(&mut self, id: BlockId) -> Option<BlockInfo> {
         let info = self.blocks.remove(&id)?;
+        self.dirty.0.remove(&id);
         let newest = info.newest_gen_stamp();
         let mut nodes: BTreeSet<&NodeId> = info.replicas.keys().collect();
         nodes.extend(info.expected.iter());
@@ -238,8 +285,9 @@ impl BlockManager {
             self.schedule_delete(node, block);
             return ReplicaOutcome::Invalidated;
         };
+        self.dirty.0.insert(block.id);
         if block.gen_stamp < info.gen_stamp {
-            info.replicas.remove(node);
+            info.drop_replica(node);
             if let Some(set) = self.node_blocks.get_mut(node) {
                 set.remove(&block.id);
             }
@@ -272,8 +320,8 @@ impl BlockManager {
     /// Forgets the replica of `id` on `node` (it was deleted).
     pub fn remove_replica(&mut self, node: &NodeId, id: BlockId) {
         if let Some(info) = self.blocks.get_mut(&id) {
-            info.replicas.remove(node);
-            info.corrupt.remove(node);
+            info.drop_replica(node);
+            self.dirty.0.insert(id);
         }
         if let Some(set) = self.node_blocks.get_mut(node) {
             set.remove(&id);
@@ -298,8 +346,8 @@ impl BlockManager {
         }
         for id in old.difference(&seen) {
             if let Some(info) = self.blocks.get_mut(id) {
-                info.replicas.remove(node);
-                info.corrupt.remove(node);
+                info.drop_replica(node);
+                self.dirty.0.insert(*id);
             }
         }
         invalidated
@@ -310,8 +358,8 @@ impl BlockManager {
         let ids = self.node_blocks.remove(node).unwrap_or_default();
         for id in &ids {
             if let Some(info) = self.blocks.get_mut(id) {
-                info.replicas.remove(node);
-                info.corrupt.remove(node);
+                info.drop_replica(node);
+                self.dirty.0.insert(*id);
             }
         }
         ids.len()
@@ -327,6 +375,7 @@ impl BlockManager {
         match self.blocks.get_mut(&block) {
             Some(info) => {
                 info.corrupt.insert(node.clone());
+                self.dirty.0.insert(block);
                 true
             }
             None => false,

@@ -198,6 +198,7 @@ mod tests {
             used: 20,
             remaining: 80,
             active_transfers: 1,
+            transfers_in_progress: 0,
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! - `GET /health`: `{"status":"ok"}`;
 //! - `GET /status`: version, uptime, RPC address, the cluster report, namespace totals (JSON);
-//! - `GET /metrics`: Prometheus text.
+//! - `GET /metrics`: Prometheus text (namespace, DataNodes, repair queues and counters, RPCs).
 //!
 //! The server stops when the service's cancellation token fires.
 
@@ -79,11 +79,20 @@ async fn status(shared: web::Data<Shared>) -> HttpResponse {
 }
 
 async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
-    let (cluster, open) = {
+    let (cluster, open, repair) = {
         let s = shared.lock();
-        (s.cluster_report(Instant::now()), s.open_files())
+        (
+            s.cluster_report(Instant::now()),
+            s.open_files(),
+            s.repair_report(),
+        )
     };
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(crate::metrics::render(&cluster, open, &shared.metrics))
+        .body(crate::metrics::render(
+            &cluster,
+            open,
+            &repair,
+            &shared.metrics,
+        ))
 }

@@ -84,6 +84,19 @@ impl LeaseManager {
         out
     }
 
+    /// The files `holder` holds open.
+    pub fn files_of(&self, holder: &str) -> Vec<InodeId> {
+        self.by_holder
+            .get(holder)
+            .map(|l| l.files.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// When `holder` last renewed (`None`: it holds no lease).
+    pub fn renewed_at(&self, holder: &str) -> Option<Instant> {
+        self.by_holder.get(holder).map(|l| l.renewed)
+    }
+
     /// Number of holders.
     pub fn holders(&self) -> usize {
         self.by_holder.len()
@@ -114,6 +127,8 @@ mod tests {
             exp,
             vec![("c1".to_string(), vec![InodeId(10), InodeId(11)])]
         );
+        assert_eq!(m.files_of("c1"), vec![InodeId(10), InodeId(11)]);
+        assert_eq!(m.renewed_at("c2"), Some(t0 + s(5)));
         assert!(m.renew("c1", t0 + s(61)));
         assert_eq!(m.expired(t0 + s(66), s(60))[0].0, "c2");
         m.remove("c2", InodeId(12));

@@ -7,6 +7,9 @@
 //! - [`datanodes`]: the DataNode registry and its liveness state machine.
 //! - [`placement`]: choosing DataNodes for a block (load, racks, exclusions).
 //! - [`leases`]: write leases by holder and by renewal time.
+//! - [`replication`]: re-replication queues (blocks needing copies, copies in flight, commands
+//!   waiting for their source's heartbeat).
+//! - [`recovery`]: block recoveries in progress and the choice of their primary DataNode.
 //! - [`state`]: all of the above behind one lock, with the protocols' logic.
 //! - `service`, `rpc`, `http`, `monitor`, [`server`]: the thin async shells.
 //!
@@ -21,6 +24,8 @@ mod metrics;
 mod monitor;
 pub mod namespace;
 pub mod placement;
+pub mod recovery;
+pub mod replication;
 mod rpc;
 pub mod server;
 mod service;

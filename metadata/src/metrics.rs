@@ -1,5 +1,6 @@
 //! RPC call counters and the Prometheus text rendering of `/metrics`.
 
+use crate::state::RepairReport;
 use dashmap::DashMap;
 use sluice_common::rpc::{ClusterReport, NodeState};
 use std::fmt::Write;
@@ -46,8 +47,80 @@ fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
     );
 }
 
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+    );
+}
+
+/// Renders the repair gauges and counters.
+fn render_repair(out: &mut String, r: &RepairReport) {
+    let gauges: [(&str, &str, u64); 3] = [
+        (
+            "replication_queue",
+            "Blocks waiting for re-replication.",
+            r.needed,
+        ),
+        (
+            "replication_pending",
+            "Re-replication copies in flight.",
+            r.pending,
+        ),
+        (
+            "block_recoveries_in_progress",
+            "Block recoveries in progress.",
+            r.recovering,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        gauge(out, &format!("sluice_metadata_{name}"), help, value);
+    }
+    let c = &r.counters;
+    let counters: [(&str, &str, u64); 6] = [
+        (
+            "replications_scheduled_total",
+            "Re-replication copies scheduled.",
+            c.replications_scheduled,
+        ),
+        (
+            "excess_replicas_deleted_total",
+            "Excess replicas scheduled for deletion.",
+            c.excess_deleted,
+        ),
+        (
+            "corrupt_replicas_deleted_total",
+            "Corrupt replicas scheduled for deletion.",
+            c.corrupt_deleted,
+        ),
+        (
+            "block_recoveries_started_total",
+            "Block recovery attempts started.",
+            c.recoveries_started,
+        ),
+        (
+            "block_recoveries_committed_total",
+            "Block recoveries reported by their primary DataNode.",
+            c.recoveries_committed,
+        ),
+        (
+            "leases_recovered_total",
+            "Files closed by lease recovery.",
+            c.leases_recovered,
+        ),
+    ];
+    for (name, help, value) in counters {
+        counter(out, &format!("sluice_metadata_{name}"), help, value);
+    }
+}
+
 /// Renders the Prometheus text exposition.
-pub fn render(report: &ClusterReport, open_files: usize, rpc: &RpcMetrics) -> String {
+pub fn render(
+    report: &ClusterReport,
+    open_files: usize,
+    repair: &RepairReport,
+    rpc: &RpcMetrics,
+) -> String {
     let mut out = String::new();
     let gauges: [(&str, &str, u64); 7] = [
         ("files", "Files in the namespace.", report.files),
@@ -93,6 +166,7 @@ pub fn render(report: &ClusterReport, open_files: usize, rpc: &RpcMetrics) -> St
         let n = report.datanodes.iter().filter(|d| d.state == state).count();
         let _ = writeln!(out, "sluice_metadata_datanodes{{state=\"{label}\"}} {n}");
     }
+    render_repair(&mut out, repair);
     for (name, help, map) in [
         (
             "sluice_metadata_rpc_calls_total",

@@ -1,7 +1,7 @@
-//! The monitor task: every `monitor.interval` it asks the state for its periodic decisions
-//! ([`crate::state::State::tick`], plain logic tested without a runtime) and logs them. Acting
-//! on them — re-replicating a dead DataNode's blocks, recovering expired leases — comes in later
-//! issues and belongs here.
+//! The monitor task: every `monitor.interval` it runs the state's periodic pass
+//! ([`crate::state::State::tick`], plain logic tested without a runtime) — liveness, lease
+//! recovery, replica repair — logs its decisions, and flushes the store when one of them
+//! changed the namespace (a file closed, a recovery id handed out).
 
 use crate::service::Shared;
 use crate::state::MonitorAction;
@@ -19,8 +19,13 @@ pub async fn run(shared: Arc<Shared>, interval: Duration, shutdown: Cancellation
             _ = ticker.tick() => {}
         }
         let actions = shared.lock().tick(Instant::now());
-        for action in actions {
-            log(&action);
+        for action in &actions {
+            log(action);
+        }
+        if actions.iter().any(MonitorAction::is_durable) {
+            if let Err(e) = shared.flush().await {
+                tracing::error!(error = %e, "metadata store flush after the monitor pass failed");
+            }
         }
     }
 }
@@ -34,15 +39,38 @@ fn log(action: &MonitorAction) {
             tracing::warn!(
                 node = %node,
                 replicas,
-                "DataNode is dead: its replicas no longer count (re-replication not yet implemented)"
+                "DataNode is dead: its replicas no longer count and are re-replicated"
             );
         }
         MonitorAction::LeaseExpired { holder, files } => {
             tracing::warn!(
                 holder = %holder,
                 files = files.len(),
-                "lease passed the hard limit (lease recovery not yet implemented)"
+                "lease passed the hard limit: recovering its files"
             );
+        }
+        MonitorAction::FileClosed { file } => {
+            tracing::info!(file = file.0, "lease recovery closed the file");
+        }
+        MonitorAction::BlockRecoveryStarted {
+            block,
+            primary,
+            recovery_id,
+        } => {
+            tracing::info!(block = %block, node = %primary, recovery_id = %recovery_id, "block recovery started");
+        }
+        MonitorAction::ReplicationScheduled {
+            block,
+            source,
+            targets,
+        } => {
+            tracing::info!(block = %block, node = %source, targets = ?targets, "re-replication scheduled");
+        }
+        MonitorAction::ExcessReplicas { block, nodes } => {
+            tracing::info!(block = %block, nodes = ?nodes, "deleting excess replicas");
+        }
+        MonitorAction::CorruptReplicasDeleted { block, nodes } => {
+            tracing::info!(block = %block, nodes = ?nodes, "deleting corrupt replicas (replaced)");
         }
     }
 }

@@ -99,6 +99,43 @@ pub fn choose_targets(
     Ok(chosen)
 }
 
+/// A DataNode holding a good replica, as the choice of excess replicas sees it.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    /// Identity and rack.
+    pub id: DatanodeId,
+    /// Bytes free.
+    pub remaining: u64,
+}
+
+/// Picks `count` replicas to delete from a block that has too many (HDFS's
+/// `chooseReplicasToDelete`): keep the rack spread — take from racks holding more than one
+/// replica while there are any — and, among those, from the DataNode with the least free space
+/// (ties: by id).
+pub fn choose_excess(holders: &[Holder], count: usize) -> Vec<NodeId> {
+    let mut left: Vec<&Holder> = holders.iter().collect();
+    let mut out = Vec::new();
+    while out.len() < count && left.len() > 1 {
+        let per_rack = |rack: &str| left.iter().filter(|h| h.id.rack == rack).count();
+        let crowded = left.iter().any(|h| per_rack(&h.id.rack) > 1);
+        let Some(i) = left
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| !crowded || per_rack(&h.id.rack) > 1)
+            .min_by(|(_, a), (_, b)| {
+                a.remaining
+                    .cmp(&b.remaining)
+                    .then(a.id.node_id.cmp(&b.id.node_id))
+            })
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        out.push(left.remove(i).id.node_id.clone());
+    }
+    out
+}
+
 fn load_bucket(load: f64) -> u32 {
     (load.clamp(0.0, 1.0) * 20.0) as u32
 }
@@ -261,6 +298,30 @@ mod tests {
         };
         let got = choose_targets(&cands, &r, &mut rng).unwrap();
         assert_eq!(got[0].rack, "/b");
+    }
+
+    #[test]
+    fn excess_keeps_rack_spread_then_frees_the_fullest() {
+        let h = |n: &str, rack: &str, remaining: u64| Holder {
+            id: cand(n, rack, 0.0).id,
+            remaining,
+        };
+        // Rack /a holds two replicas: one of them goes, the one with less room.
+        let holders = vec![
+            h("a1", "/a", 500),
+            h("a2", "/a", 900),
+            h("b1", "/b", 100),
+            h("c1", "/c", 50),
+        ];
+        assert_eq!(choose_excess(&holders, 1), vec![NodeId("a1".into())]);
+        // Two to go: after a1, every rack holds one; the fullest of the rest goes.
+        assert_eq!(
+            choose_excess(&holders, 2),
+            vec![NodeId("a1".into()), NodeId("c1".into())]
+        );
+        // One rack: least room first; never the last replica.
+        let one_rack = vec![h("x", "/r", 10), h("y", "/r", 5)];
+        assert_eq!(choose_excess(&one_rack, 5), vec![NodeId("y".into())]);
     }
 
     #[test]

@@ -61,6 +61,11 @@ impl Shared {
         res
     }
 
+    /// Makes every change applied so far durable.
+    pub async fn flush(&self) -> Result<(), MetaError> {
+        self.store.flush().await.map_err(storage_error)
+    }
+
     /// Runs a change and makes it durable before returning.
     pub async fn write<T>(
         &self,

@@ -111,7 +111,11 @@ async fn serve(mut conn: Conn, st: Arc<Mutex<DnState>>) -> Option<()> {
                 };
                 conn.send(f).await.ok()?;
             }
-            Op::TransferBlock(_) => conn.send(resp(Status::ErrorUnsupported, "")).await.ok()?,
+            Op::TransferBlock(_)
+            | Op::InitReplicaRecovery(_)
+            | Op::UpdateReplicaUnderRecovery(_) => {
+                conn.send(resp(Status::ErrorUnsupported, "")).await.ok()?
+            }
         }
     }
     Some(())

@@ -294,6 +294,21 @@ impl ClientProtocol for FakeMeta {
         Ok(vec![])
     }
 
+    async fn recover_lease(
+        self,
+        _: Context,
+        path: String,
+        _client: String,
+    ) -> Result<bool, MetaError> {
+        let mut st = self.st();
+        let f = st
+            .files
+            .get_mut(&path)
+            .ok_or(MetaError::NotFound { path })?;
+        f.under_construction = false;
+        Ok(true)
+    }
+
     async fn report_bad_blocks(self, _: Context, r: Vec<BadReplica>) -> Result<(), MetaError> {
         self.st().bad_reports.extend(r);
         Ok(())

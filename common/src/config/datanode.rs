@@ -52,6 +52,14 @@ pub struct DatanodeConfig {
     /// HDFS's `dfs.datanode.synconclose` defaults to false).
     #[serde(rename = "sync.on.close")]
     pub sync_on_close: bool,
+    /// The block scanner verifies every finalized replica's checksums once per this period
+    /// (HDFS's `dfs.datanode.scan.period.hours`, 3 weeks).
+    #[serde(rename = "block.scanner.interval")]
+    pub block_scanner_interval: HumanDuration,
+    /// Bytes per second the block scanner reads at most; 0 turns the scanner off (HDFS's
+    /// `dfs.block.scanner.volume.bytes.per.second`).
+    #[serde(rename = "block.scanner.bytes.per.second")]
+    pub block_scanner_bytes_per_second: ByteSize,
 
     /// Batch packets in memory before writing them (HDFS-17973).
     #[serde(rename = "write.memory.buffer.enabled")]
@@ -107,6 +115,8 @@ impl Default for DatanodeConfig {
             max_frame_bytes: ByteSize::mib(16),
             max_transfer_threads: 4096,
             sync_on_close: true,
+            block_scanner_interval: HumanDuration::secs(21 * 24 * 3600),
+            block_scanner_bytes_per_second: ByteSize::mib(1),
             write_buffer_enabled: true,
             write_buffer_last_replica_only: true,
             write_buffer_max_capacity_mb: 1024,
@@ -168,6 +178,13 @@ impl DatanodeConfig {
                 "datanode.max.frame.bytes",
                 self.max_frame_bytes,
                 "must be between 128KiB and 256MiB",
+            ));
+        }
+        if self.block_scanner_interval.get().is_zero() {
+            return Err(ConfigError::invalid(
+                "datanode.block.scanner.interval",
+                self.block_scanner_interval,
+                "must be positive",
             ));
         }
         if self.max_transfer_threads == 0 {

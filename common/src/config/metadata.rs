@@ -57,6 +57,14 @@ pub struct MetadataConfig {
     /// Re-replication work scheduled per monitor pass, per live DataNode.
     #[serde(rename = "replication.work-multiplier")]
     pub replication_work_multiplier: u32,
+    /// A scheduled re-replication copy that has not arrived after this long is scheduled again
+    /// (HDFS's `dfs.namenode.reconstruction.pending.timeout-sec`).
+    #[serde(rename = "replication.pending.timeout")]
+    pub replication_pending_timeout: HumanDuration,
+    /// A block recovery (lease recovery of an abandoned file) whose primary DataNode has not
+    /// reported after this long is started again with another primary and a new recovery id.
+    #[serde(rename = "block.recovery.timeout")]
+    pub block_recovery_timeout: HumanDuration,
 }
 
 impl Default for MetadataConfig {
@@ -78,6 +86,8 @@ impl Default for MetadataConfig {
             lease_hard_limit: HumanDuration::secs(1200),
             replication_max_streams: 2,
             replication_work_multiplier: 2,
+            replication_pending_timeout: HumanDuration::secs(300),
+            block_recovery_timeout: HumanDuration::secs(180),
         }
     }
 }
@@ -142,6 +152,20 @@ impl MetadataConfig {
                 self.lease_hard_limit,
                 "must be at least lease.soft.limit",
             ));
+        }
+        for (key, value) in [
+            (
+                "metadata.replication.pending.timeout",
+                self.replication_pending_timeout,
+            ),
+            (
+                "metadata.block.recovery.timeout",
+                self.block_recovery_timeout,
+            ),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::invalid(key, value, "must be positive"));
+            }
         }
         if self.replication_max_streams == 0 {
             return Err(ConfigError::invalid(

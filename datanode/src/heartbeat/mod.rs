@@ -11,8 +11,10 @@
 //! active transfers), a full report every `block.report.interval`, and `block_received` as soon
 //! as events are queued (put back and retried on failure). Commands: `Delete` (only replicas
 //! whose generation stamp is not newer; `Deleted` reported), `Transfer` (a task running the
-//! `TransferBlock` source), `Reregister` (register again, then a full report). Any RPC failure
-//! drops the connection and starts over with backoff.
+//! `TransferBlock` source; the copies running are reported in each heartbeat so that the
+//! metadata service hands out no more than `replication.max-streams`), `RecoverBlock` (a task
+//! running the block recovery as primary, see `recovery`), `Reregister` (register again, then a
+//! full report). Any RPC failure drops the connection and starts over with backoff.
 
 pub mod queue;
 pub mod schedule;
@@ -244,6 +246,7 @@ async fn heartbeat(
         used: space.used,
         remaining: space.remaining,
         active_transfers: ctx.metrics.active_transfers.get().max(0) as u32,
+        transfers_in_progress: ctx.metrics.replication_transfers_active.get().max(0) as u32,
     };
     let resp = classify(
         client
@@ -256,28 +259,69 @@ async fn heartbeat(
         match cmd {
             DatanodeCommand::Delete { blocks } => delete(ctx, blocks).await,
             DatanodeCommand::Transfer { block, targets } => {
-                let c = ctx.clone();
-                let op = TransferBlockOp {
-                    block,
-                    targets,
-                    stage: crate::transfer::COMMAND_STAGE,
-                    client_name: format!("metadata-command@{}", ctx.node_id),
-                };
-                let span =
-                    tracing::info_span!("transfer_command", block = %block.id, node = %ctx.node_id);
-                tracker.spawn(
-                    async move {
-                        if let Err(e) = crate::transfer::transfer(&c, op).await {
-                            tracing::warn!("transfer command failed: {e}");
-                        }
-                    }
-                    .instrument(span),
-                );
+                spawn_transfer(ctx, tracker, block, targets)
+            }
+            DatanodeCommand::RecoverBlock(rb) => {
+                let span = tracing::info_span!("block_recovery", block = %rb.block.id, node = %ctx.node_id, recovery_id = %rb.recovery_id);
+                let work = crate::recovery::worker::recover_block(ctx.clone(), client.clone(), rb);
+                tracker.spawn(work.instrument(span));
             }
             DatanodeCommand::Reregister => reregister = true,
         }
     }
     Ok(reregister)
+}
+
+/// Counts a running `Transfer` command from the moment it is accepted (so that the next
+/// heartbeat already reports it) until its task ends.
+struct TransferSlot(std::sync::Arc<crate::metrics::Metrics>);
+
+impl TransferSlot {
+    fn take(metrics: &std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        metrics.replication_transfers_active.inc();
+        let now = metrics.replication_transfers_active.get();
+        // Only the heartbeat task raises the peak, so this read-then-raise does not race.
+        while metrics.replication_transfers_peak.get() < now {
+            metrics.replication_transfers_peak.inc();
+        }
+        TransferSlot(metrics.clone())
+    }
+}
+
+impl Drop for TransferSlot {
+    fn drop(&mut self) {
+        self.0.replication_transfers_active.dec();
+    }
+}
+
+/// Runs a re-replication copy in a tracked task.
+fn spawn_transfer(
+    ctx: &Ctx,
+    tracker: &TaskTracker,
+    block: sluice_common::ExtendedBlock,
+    targets: Vec<sluice_common::DatanodeId>,
+) {
+    let slot = TransferSlot::take(&ctx.metrics);
+    let c = ctx.clone();
+    let op = TransferBlockOp {
+        block,
+        targets,
+        stage: crate::transfer::COMMAND_STAGE,
+        client_name: format!("metadata-command@{}", ctx.node_id),
+    };
+    let span = tracing::info_span!("transfer_command", block = %block.id, node = %ctx.node_id);
+    tracker.spawn(
+        async move {
+            let _slot = slot;
+            c.metrics.replication_transfers.inc();
+            c.metrics.transfer_block_ops.inc();
+            if let Err(e) = crate::transfer::transfer(&c, op).await {
+                c.metrics.replication_transfer_failures.inc();
+                tracing::warn!("transfer command failed: {e}");
+            }
+        }
+        .instrument(span),
+    );
 }
 
 async fn delete(ctx: &Ctx, blocks: Vec<sluice_common::ExtendedBlock>) {

@@ -1,5 +1,6 @@
 //! One data-transfer connection: read an `Op`, dispatch it, and for the ops that allow it
-//! (reads, `ReplicaInfo`, `TransferBlock`) take the next op on the same connection.
+//! (reads, `ReplicaInfo`, `TransferBlock`, the recovery ops) take the next op on the same
+//! connection.
 //!
 //! A frame that cannot be decoded (too large, bad header, unknown message), a message out of
 //! place or a wrong protocol version is answered with an error `OpResponse` where possible,
@@ -85,6 +86,18 @@ async fn dispatch(
         Op::TransferBlock(op) => {
             let span = tracing::info_span!("transfer", block = %op.block.id, node = %ctx.node_id);
             transfer_op(ctx, op, &mut writer).instrument(span).await
+        }
+        Op::InitReplicaRecovery(op) => {
+            let span = tracing::info_span!("init_replica_recovery", block = %op.block.id, node = %ctx.node_id);
+            crate::recovery::serve::init_op(ctx, op, &mut writer)
+                .instrument(span)
+                .await
+        }
+        Op::UpdateReplicaUnderRecovery(op) => {
+            let span = tracing::info_span!("update_replica_under_recovery", block = %op.block.id, node = %ctx.node_id);
+            crate::recovery::serve::update_op(ctx, op, &mut writer)
+                .instrument(span)
+                .await
         }
     };
     match res {

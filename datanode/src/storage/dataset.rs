@@ -37,6 +37,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+mod recovery;
+
 /// Free bytes a volume needs to take a new replica.
 const MIN_FREE_FOR_NEW_REPLICA: u64 = 1024 * 1024;
 

@@ -34,6 +34,10 @@ pub enum Transition {
     Recover,
     /// Close recovery: Rbw/Rwr/Finalized → Finalized.
     RecoverClose,
+    /// Block recovery puts the replica under recovery: Rbw/Rwr/Finalized/Rur → Rur.
+    InitRecovery,
+    /// Block recovery ends: Rur → Finalized (agreed length, recovery id as stamp).
+    CommitRecovery,
 }
 
 /// The state after `t` from `from` (`None`: no replica yet), or `None` if `t` is not allowed.
@@ -50,6 +54,8 @@ pub fn transition(from: Option<ReplicaState>, t: Transition) -> Option<ReplicaSt
         }
         (Some(Rbw | Rwr), Transition::Recover) => Some(Rbw),
         (Some(Rbw | Rwr | Finalized), Transition::RecoverClose) => Some(Finalized),
+        (Some(Rbw | Rwr | Finalized | Rur), Transition::InitRecovery) => Some(Rur),
+        (Some(Rur), Transition::CommitRecovery) => Some(Finalized),
         _ => None,
     }
 }
@@ -63,12 +69,25 @@ pub struct WriterSlot {
     pub done: watch::Receiver<()>,
 }
 
-/// The mutable, shared part of a replica: lengths and the attached writer.
+/// A replica under block recovery (state Rur): what it was before, and the recovery it is
+/// under (HDFS's `ReplicaUnderRecovery`). Kept in memory only: after a restart the replica is
+/// what the scan finds (Rwr or Finalized) and the recovery's next attempt starts over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryMark {
+    /// The state before recovery (never Rur).
+    pub original: ReplicaState,
+    /// The recovery id (the generation stamp the replica takes when recovered).
+    pub recovery_id: GenerationStamp,
+}
+
+/// The mutable, shared part of a replica: lengths, the attached writer, and the recovery it
+/// is under.
 #[derive(Debug, Default)]
 pub struct ReplicaLive {
     bytes_on_disk: AtomicU64,
     bytes_acked: AtomicU64,
     writer: Mutex<Option<WriterSlot>>,
+    recovery: Mutex<Option<RecoveryMark>>,
 }
 
 impl ReplicaLive {
@@ -78,7 +97,18 @@ impl ReplicaLive {
             bytes_on_disk: AtomicU64::new(bytes_on_disk),
             bytes_acked: AtomicU64::new(bytes_acked),
             writer: Mutex::new(None),
+            recovery: Mutex::new(None),
         })
+    }
+
+    /// The recovery this replica is under, if any.
+    pub fn recovery(&self) -> Option<RecoveryMark> {
+        *self.recovery.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts the replica under recovery (or moves it to a newer recovery).
+    pub fn set_recovery(&self, mark: RecoveryMark) {
+        *self.recovery.lock().unwrap_or_else(|p| p.into_inner()) = Some(mark);
     }
 
     /// Bytes in the block file.
@@ -215,6 +245,15 @@ mod tests {
             transition(Some(Finalized), Transition::RecoverClose),
             Some(Finalized)
         );
+        assert_eq!(transition(Some(Rwr), Transition::InitRecovery), Some(Rur));
+        assert_eq!(transition(Some(Rur), Transition::InitRecovery), Some(Rur));
+        assert_eq!(transition(Some(Temporary), Transition::InitRecovery), None);
+        assert_eq!(
+            transition(Some(Rur), Transition::CommitRecovery),
+            Some(Finalized)
+        );
+        assert_eq!(transition(Some(Rur), Transition::Finalize), None);
+        assert_eq!(transition(Some(Rur), Transition::Recover), None);
     }
 
     #[test]

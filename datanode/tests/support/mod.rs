@@ -55,6 +55,8 @@ pub struct MetaLog {
     pub heartbeats: u64,
     /// Commands handed out with the next heartbeat of a node.
     pub commands: HashMap<NodeId, Vec<DatanodeCommand>>,
+    /// Block recoveries reported by primaries.
+    pub syncs: Vec<BlockSync>,
 }
 
 /// The fake metadata service.
@@ -135,6 +137,14 @@ impl DatanodeProtocol for FakeMeta {
     ) -> Result<u64, MetaError> {
         self.log.lock().unwrap().reports.push((node, replicas));
         Ok(0)
+    }
+    async fn commit_block_synchronization(
+        self,
+        _: Context,
+        sync: BlockSync,
+    ) -> Result<(), MetaError> {
+        self.log.lock().unwrap().syncs.push(sync);
+        Ok(())
     }
 }
 

@@ -36,9 +36,15 @@ impl ClientProtocol for ClientService {
         path: String,
         opts: CreateOptions,
     ) -> Result<FileStatus, MetaError> {
-        self.shared
+        let res = self
+            .shared
             .write("create", |s, now| s.create(&path, &opts, now))
-            .await
+            .await;
+        if let Err(MetaError::LeaseConflict { .. }) = &res {
+            // The conflict may have started lease recovery (the lease moved): make it durable.
+            self.shared.flush().await?;
+        }
+        res
     }
 
     async fn add_block(
@@ -192,5 +198,18 @@ impl ClientProtocol for ClientService {
 
     async fn fsck(self, _: Context, path: String) -> Result<FsckReport, MetaError> {
         self.shared.read("fsck", |s, _| s.fsck(&path))
+    }
+
+    async fn recover_lease(
+        self,
+        _: Context,
+        path: String,
+        client: String,
+    ) -> Result<bool, MetaError> {
+        self.shared
+            .write("recover_lease", |s, now| {
+                s.recover_lease(&path, &client, now)
+            })
+            .await
     }
 }

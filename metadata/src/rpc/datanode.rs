@@ -1,10 +1,11 @@
-//! The DataNode protocol. Nothing here is persisted (the registry and replica locations are
-//! rebuilt from registrations and reports after a restart), so no call flushes the store.
+//! The DataNode protocol. Registrations, heartbeats and reports change nothing persisted (the
+//! registry and replica locations are rebuilt from registrations and reports after a restart),
+//! so they do not flush the store; `commit_block_synchronization` closes a file and does.
 
 use crate::service::Shared;
 use sluice_common::rpc::{
-    DatanodeProtocol, DatanodeRegistration, Heartbeat, HeartbeatResponse, RegisterResponse,
-    ReplicaEvent, ReplicaReport,
+    BlockSync, DatanodeProtocol, DatanodeRegistration, Heartbeat, HeartbeatResponse,
+    RegisterResponse, ReplicaEvent, ReplicaReport,
 };
 use sluice_common::{MetaError, NodeId};
 use std::sync::Arc;
@@ -60,6 +61,7 @@ impl DatanodeProtocol for DatanodeService {
             let (kind, block) = match e {
                 ReplicaEvent::Received(b) => ("received", b),
                 ReplicaEvent::Deleted(b) => ("deleted", b),
+                ReplicaEvent::Corrupt(b) => ("corrupt", b),
             };
             tracing::debug!(node = %node, block = %block, kind, "replica event");
         }
@@ -79,5 +81,30 @@ impl DatanodeProtocol for DatanodeService {
             .read("block_report", |s, _| s.block_report(&node, &replicas))?;
         tracing::info!(node = %node, replicas = n, scheduled_deletions = scheduled, "block report");
         Ok(scheduled)
+    }
+
+    async fn commit_block_synchronization(
+        self,
+        _: Context,
+        sync: BlockSync,
+    ) -> Result<(), MetaError> {
+        let span = tracing::info_span!("commit_block_synchronization", block = %sync.block.id);
+        async move {
+            tracing::info!(
+                new_gen_stamp = %sync.new_gen_stamp,
+                new_length = sync.new_length,
+                delete = sync.delete_block,
+                targets = ?sync.new_targets,
+                "block recovery reported"
+            );
+            // The file may be closed: a namespace change, durable before the answer.
+            self.shared
+                .write("commit_block_synchronization", |s, now| {
+                    s.commit_block_synchronization(&sync, now)
+                })
+                .await
+        }
+        .instrument(span)
+        .await
     }
 }

@@ -6,12 +6,15 @@
 //! batch to the store; only then update the in-memory maps (so a failed store write leaves
 //! memory as the store is); the caller flushes; then it answers.
 
+mod lease;
 mod pipeline;
 mod read;
+mod repair;
 mod reports;
 mod tree;
 mod write;
 
+pub use lease::{LeaseRecovery, RECOVERY_HOLDER};
 pub use reports::MonitorAction;
 
 use crate::blocks::{BlockInfo, BlockManager};
@@ -19,17 +22,50 @@ use crate::datanodes::DatanodeRegistry;
 use crate::leases::LeaseManager;
 use crate::namespace::{BlockState, Inode, InodeKind, Namespace, NsPath};
 use crate::placement::{choose_targets, Candidate, PlacementRequest};
+use crate::recovery::Recoveries;
+use crate::replication::ReplicationQueues;
 use crate::store::{MetaStore, StoreError};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sluice_common::config::MetadataConfig;
 use sluice_common::rpc::NodeState;
-use sluice_common::{DatanodeId, MetaError, NodeId};
+use sluice_common::{BlockId, DatanodeId, MetaError, NodeId};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Most replicas deleted by one heartbeat's `Delete` command.
 pub const MAX_DELETES_PER_HEARTBEAT: usize = 1000;
+
+/// Counters of the repair work, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairCounters {
+    /// Re-replication copies scheduled (one per target).
+    pub replications_scheduled: u64,
+    /// Excess replicas scheduled for deletion.
+    pub excess_deleted: u64,
+    /// Corrupt replicas scheduled for deletion.
+    pub corrupt_deleted: u64,
+    /// Block recovery attempts started.
+    pub recoveries_started: u64,
+    /// Block recoveries reported by their primary.
+    pub recoveries_committed: u64,
+    /// Files closed by lease recovery.
+    pub leases_recovered: u64,
+}
+
+/// Repair gauges and counters, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Blocks waiting for re-replication.
+    pub needed: u64,
+    /// Re-replication copies in flight.
+    pub pending: u64,
+    /// Block recoveries in progress.
+    pub recovering: u64,
+    /// Totals since start.
+    pub counters: RepairCounters,
+}
 
 /// Everything the service knows.
 pub struct State {
@@ -38,8 +74,15 @@ pub struct State {
     blocks: BlockManager,
     nodes: DatanodeRegistry,
     leases: LeaseManager,
+    replication: ReplicationQueues,
+    recoveries: Recoveries,
+    /// Blocks whose excess replicas wait for a stale holder to come back or die.
+    postponed: BTreeSet<BlockId>,
+    counters: RepairCounters,
     rng: StdRng,
     last_tick: Option<Instant>,
+    /// When the state was opened: DataNodes need a moment to report their replicas.
+    opened: Instant,
 }
 
 impl State {
@@ -72,9 +115,24 @@ impl State {
             blocks,
             nodes: DatanodeRegistry::new(cfg.stale_interval.get(), cfg.dead_interval.get()),
             leases,
+            replication: ReplicationQueues::new(),
+            recoveries: Recoveries::new(),
+            postponed: BTreeSet::new(),
+            counters: RepairCounters::default(),
             rng: StdRng::from_os_rng(),
             last_tick: None,
+            opened: now,
         })
+    }
+
+    /// Repair queues and counters.
+    pub fn repair_report(&self) -> RepairReport {
+        RepairReport {
+            needed: self.replication.needed_len() as u64,
+            pending: self.replication.pending_len() as u64,
+            recovering: self.recoveries.len() as u64,
+            counters: self.counters,
+        }
     }
 
     /// The store under the namespace.

@@ -1,6 +1,7 @@
-//! The DataNode protocol's logic (register, heartbeat, incremental and full block reports),
-//! bad-replica reports from readers, and the monitor's periodic decisions.
+//! The DataNode protocol's logic (register, heartbeat with its commands, incremental and full
+//! block reports), bad-replica reports from readers, and the monitor's periodic pass.
 
+use super::lease::RECOVERY_HOLDER;
 use super::{State, MAX_DELETES_PER_HEARTBEAT};
 use crate::datanodes::HeartbeatOutcome;
 use crate::namespace::InodeId;
@@ -9,11 +10,11 @@ use sluice_common::rpc::{
     BadReplica, DatanodeCommand, DatanodeRegistration, Heartbeat, HeartbeatResponse, NodeState,
     RegisterResponse, ReplicaEvent, ReplicaReport,
 };
-use sluice_common::{MetaError, NodeId};
+use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, MetaError, NodeId};
 use std::collections::HashSet;
 use std::time::Instant;
 
-/// A decision of the monitor, for its task to log and (in later issues) act on.
+/// A decision of the monitor, for its task to log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MonitorAction {
     /// A DataNode missed heartbeats for the stale interval: placement avoids it.
@@ -21,22 +22,68 @@ pub enum MonitorAction {
         /// The DataNode.
         node: NodeId,
     },
-    /// A DataNode missed heartbeats for the dead interval: its replicas no longer count.
-    /// Re-replicating them elsewhere is a later issue; `replicas` says how many were lost.
+    /// A DataNode missed heartbeats for the dead interval: its replicas no longer count and
+    /// its blocks are re-replicated; `replicas` says how many it held.
     NodeDead {
         /// The DataNode.
         node: NodeId,
         /// Replicas it held.
         replicas: usize,
     },
-    /// A writer did not renew its lease for the hard limit. Lease recovery (closing the file
-    /// at the length its replicas agree on) is a later issue.
+    /// A writer did not renew its lease for the hard limit: its files are recovered.
     LeaseExpired {
         /// The writer.
         holder: String,
         /// Its open files.
         files: Vec<InodeId>,
     },
+    /// Lease recovery closed a file.
+    FileClosed {
+        /// The file.
+        file: InodeId,
+    },
+    /// A block recovery attempt started (a `RecoverBlock` command for the primary).
+    BlockRecoveryStarted {
+        /// The block.
+        block: BlockId,
+        /// The DataNode running it.
+        primary: NodeId,
+        /// Its recovery id.
+        recovery_id: GenerationStamp,
+    },
+    /// A re-replication copy was scheduled.
+    ReplicationScheduled {
+        /// The block.
+        block: BlockId,
+        /// The DataNode that sends it.
+        source: NodeId,
+        /// The DataNodes that receive it.
+        targets: Vec<NodeId>,
+    },
+    /// Excess replicas are being deleted.
+    ExcessReplicas {
+        /// The block.
+        block: BlockId,
+        /// Where.
+        nodes: Vec<NodeId>,
+    },
+    /// Corrupt replicas are being deleted (enough good ones exist).
+    CorruptReplicasDeleted {
+        /// The block.
+        block: BlockId,
+        /// Where.
+        nodes: Vec<NodeId>,
+    },
+}
+
+impl MonitorAction {
+    /// True if the action changed the namespace store (the monitor flushes it).
+    pub fn is_durable(&self) -> bool {
+        matches!(
+            self,
+            MonitorAction::FileClosed { .. } | MonitorAction::BlockRecoveryStarted { .. }
+        )
+    }
 }
 
 impl State {
@@ -49,7 +96,9 @@ impl State {
         }
     }
 
-    /// Records a heartbeat; the answer carries queued deletions (or asks to re-register).
+    /// Records a heartbeat; the answer carries queued deletions, re-replication copies (no
+    /// more than the DataNode has free streams for) and block recoveries (or asks to
+    /// re-register).
     pub fn heartbeat(&mut self, hb: &Heartbeat, now: Instant) -> HeartbeatResponse {
         if self.nodes.heartbeat(hb, now) == HeartbeatOutcome::Reregister {
             return HeartbeatResponse {
@@ -63,6 +112,13 @@ impl State {
         if !blocks.is_empty() {
             commands.push(DatanodeCommand::Delete { blocks });
         }
+        commands.extend(self.transfer_commands(&hb.node, hb.transfers_in_progress, now));
+        commands.extend(
+            self.recoveries
+                .take_commands(&hb.node)
+                .into_iter()
+                .map(DatanodeCommand::RecoverBlock),
+        );
         HeartbeatResponse { commands }
     }
 
@@ -85,9 +141,11 @@ impl State {
             match event {
                 ReplicaEvent::Received(b) => {
                     self.blocks.add_replica(node, *b, ReplicaState::Finalized);
+                    self.replication.arrived(b.id, node);
                     self.try_complete(b.id);
                 }
                 ReplicaEvent::Deleted(b) => self.blocks.remove_replica(node, b.id),
+                ReplicaEvent::Corrupt(b) => self.replica_corrupt(node, *b),
             }
         }
         Ok(())
@@ -107,9 +165,28 @@ impl State {
             .map(|r| (r.block, r.state));
         let invalidated = self.blocks.replace_node_replicas(node, reports);
         for r in replicas {
+            if r.state == ReplicaState::Finalized {
+                self.replication.arrived(r.block.id, node);
+            }
             self.try_complete(r.block.id);
         }
         Ok(invalidated)
+    }
+
+    /// The block scanner of `node` found its replica of `b` corrupt. A replica older than the
+    /// block is simply deleted; a current one is marked corrupt (replaced, then deleted).
+    fn replica_corrupt(&mut self, node: &NodeId, b: ExtendedBlock) {
+        let Some(info) = self.blocks.get(b.id) else {
+            self.blocks.schedule_delete(node, b);
+            return;
+        };
+        if b.gen_stamp < info.gen_stamp {
+            self.blocks.remove_replica(node, b.id);
+            self.blocks.schedule_delete(node, b);
+        } else {
+            tracing::warn!(block = %b, node = %node, "the block scanner found a corrupt replica");
+            self.blocks.mark_corrupt(node, b.id);
+        }
     }
 
     /// Marks replicas that served bad data corrupt. Unknown blocks are skipped.
@@ -122,13 +199,15 @@ impl State {
     }
 
     /// The monitor's periodic pass at `now`: liveness transitions (a dead node's replicas are
-    /// dropped) and leases that crossed the hard limit since the previous pass.
+    /// dropped and its copies rescheduled), leases (expiry reported once; recovery started or
+    /// moved on) and replica repair.
     pub fn tick(&mut self, now: Instant) -> Vec<MonitorAction> {
         let mut actions = Vec::new();
         for change in self.nodes.check_liveness(now) {
             match change.to {
                 NodeState::Dead => {
                     let replicas = self.blocks.remove_node(&change.node);
+                    self.repair_node_dead(&change.node);
                     actions.push(MonitorAction::NodeDead {
                         node: change.node,
                         replicas,
@@ -149,11 +228,13 @@ impl State {
             None => HashSet::new(),
         };
         for (holder, files) in self.leases.expired(now, hard) {
-            if !before.contains(&holder) {
+            if !before.contains(&holder) && holder != RECOVERY_HOLDER {
                 actions.push(MonitorAction::LeaseExpired { holder, files });
             }
         }
         self.last_tick = Some(now);
+        self.lease_pass(now, &mut actions);
+        self.repair_pass(now, &mut actions);
         actions
     }
 }

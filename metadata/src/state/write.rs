@@ -23,6 +23,7 @@ impl State {
     ) -> Result<FileStatus, MetaError> {
         let p = NsPath::parse(path)?;
         let req = self.create_request(opts)?;
+        self.check_lease_for_create(&p, &req.client, now)?;
         let (inode, replaced) = self.ns.create(&p, &req, now_ms())?;
         if let Some(old) = replaced {
             self.drop_file(&old);
@@ -72,6 +73,7 @@ impl State {
         };
         for b in &f.blocks {
             self.blocks.remove(b.id);
+            self.recoveries.finish(b.id);
         }
         if let Some(w) = &f.writer {
             self.leases.remove(w, inode.id);

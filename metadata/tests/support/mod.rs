@@ -86,6 +86,7 @@ impl Running {
             used: 0,
             remaining: 1 << 40,
             active_transfers: 0,
+            transfers_in_progress: 0,
         };
         self.dn
             .heartbeat(ctx(), hb)

@@ -1,6 +1,8 @@
 //! Unit tests of the service logic, on a temporary sled store, without a runtime: helpers and
 //! namespace tests here, the write path in `writes`, DataNode reports and liveness in `reports`.
 
+mod lease;
+mod repair;
 mod reports;
 mod writes;
 
@@ -74,6 +76,7 @@ pub(super) fn hb(n: &str) -> Heartbeat {
         used: 0,
         remaining: 1 << 40,
         active_transfers: 0,
+        transfers_in_progress: 0,
     }
 }
 

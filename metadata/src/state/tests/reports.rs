@@ -190,8 +190,12 @@ fn lease_expiry_is_reported_once() {
     s.renew_lease(CLIENT, t0 + Duration::from_secs(10));
     assert!(s.tick(t0 + hard).is_empty());
     let later = t0 + Duration::from_secs(10) + hard;
+    // Reported once, and the file (no block) is closed by its recovery at once.
+    let actions = s.tick(later);
     assert!(
-        matches!(&s.tick(later)[..], [MonitorAction::LeaseExpired { holder, files }] if holder == CLIENT && files.len() == 1)
+        matches!(&actions[..], [MonitorAction::LeaseExpired { holder, files }, MonitorAction::FileClosed { .. }] if holder == CLIENT && files.len() == 1),
+        "{actions:?}"
     );
+    assert!(!s.stat("/f").unwrap().under_construction);
     assert!(s.tick(later + Duration::from_secs(1)).is_empty());
 }
