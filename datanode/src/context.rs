@@ -1,11 +1,13 @@
 //! What every task and actor of one DataNode shares: configuration, identity, the dataset,
-//! metrics, the actor arbiter, the blocking pool, the report queue and the stop signals.
+//! metrics, the write-memory batching resources, the actor arbiter, the blocking pool, the
+//! report queue and the stop signals.
 
 use crate::error::{DatanodeError, Result};
 use crate::failpoint::FailScope;
 use crate::heartbeat::queue::EventQueue;
 use crate::metrics::Metrics;
 use crate::storage::dataset::Dataset;
+use crate::write::buffer::WriteBuffers;
 use actix::ArbiterHandle;
 use sluice_common::config::DatanodeConfig;
 use sluice_common::frame::FrameCodec;
@@ -24,6 +26,8 @@ pub(crate) struct NodeContext {
     pub id: DatanodeId,
     pub dataset: Arc<Dataset>,
     pub metrics: Arc<Metrics>,
+    /// Write-memory batching: memory permits, buffer pool, per-volume flush gates.
+    pub buffers: Arc<WriteBuffers>,
     pub arbiter: ArbiterHandle,
     pub io: tokio::runtime::Handle,
     pub events: Arc<EventQueue>,

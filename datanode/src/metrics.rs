@@ -42,6 +42,14 @@ impl Gauge {
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// Adds `n` (negative: subtracts).
+    pub fn add(&self, n: i64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Raises the value to `n` if it is lower (a high-water mark).
+    pub fn raise_to(&self, n: i64) {
+        self.0.fetch_max(n, Ordering::Relaxed);
+    }
 }
 
 /// Decrements a gauge when dropped.
@@ -152,6 +160,36 @@ metrics! {
     replica_events_sent: Counter,
     /// Failed calls to the metadata service.
     metadata_rpc_errors: Counter,
+    /// Replicas being written through a write-memory buffer (HDFS-17973).
+    buffered_replicas: Gauge,
+    /// Replicas whose writer used a write-memory buffer.
+    buffered_replicas_created: Counter,
+    /// Bytes of write buffers allocated (held by writers or idle in the pool).
+    write_buffer_bytes: Gauge,
+    /// High-water mark of `write_buffer_bytes`.
+    write_buffer_bytes_peak: Gauge,
+    /// Writers that had to wait for a write-buffer memory permit.
+    write_buffer_permit_waits: Counter,
+    /// Writers that waited too long for a permit and wrote directly instead.
+    write_buffer_permit_timeouts: Counter,
+    /// Write-buffer flushes to block files.
+    buffer_flushes: Counter,
+    /// Flushes started by the idle-flush timer.
+    idle_flushes: Counter,
+    /// write/pwrite calls on the block files of buffered replicas (part of block_file_writes).
+    buffered_block_file_writes: Counter,
+    /// Data bytes written to the block files of buffered replicas (part of bytes_written).
+    buffered_bytes_written: Counter,
+    /// Buffer flushes running now.
+    flushes_in_progress: Gauge,
+    /// High-water mark of `flushes_in_progress`.
+    flushes_in_progress_peak: Gauge,
+    /// Flushes that waited for their volume's flush budget.
+    flush_permit_waits: Counter,
+    /// Data bytes flushed with O_DIRECT.
+    direct_io_bytes: Counter,
+    /// Bytes of flushed block files dropped from the page cache (posix_fadvise(DONTNEED)).
+    write_dropbehind_bytes: Counter,
     /// Re-replication copies (`Transfer` commands) running now (reported in heartbeats).
     replication_transfers_active: Gauge,
     /// High-water mark of `replication_transfers_active`.

@@ -18,6 +18,7 @@ use crate::heartbeat::queue::EventQueue;
 use crate::metrics::Metrics;
 use crate::server;
 use crate::storage::dataset::Dataset;
+use crate::write::buffer::{BufferSettings, WriteBuffers};
 use sluice_common::config::DatanodeConfig;
 use sluice_common::{DatanodeId, NodeId};
 use std::net::SocketAddr;
@@ -61,6 +62,11 @@ impl DataNode {
         let (listener, data_addr, http_listener, http_addr) = bind(&cfg).await?;
         let actors = ActorSystem::start(&format!("dn-actors-{}", data_addr.port()))?;
         let id = advertised_id(&cfg, &node_id, data_addr, http_addr);
+        let buffers = Arc::new(WriteBuffers::new(
+            BufferSettings::from_config(&cfg),
+            dataset.volumes().volumes().len(),
+            metrics.clone(),
+        ));
         let ctx = Arc::new(NodeContext {
             scope: FailScope::new(data_addr.port(), &node_id.0),
             cfg,
@@ -68,6 +74,7 @@ impl DataNode {
             id,
             dataset: Arc::new(dataset),
             metrics,
+            buffers,
             arbiter: actors.arbiter(),
             io: tokio::runtime::Handle::current(),
             events: Arc::new(EventQueue::default()),
@@ -124,6 +131,11 @@ impl DataNode {
     /// The node's counters.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.ctx.metrics.clone()
+    }
+
+    /// The write-memory batching resources (memory permits, buffer pool, flush gates).
+    pub fn write_buffers(&self) -> Arc<WriteBuffers> {
+        self.ctx.buffers.clone()
     }
 
     /// After `shutdown` is cancelled: waits until connections, actors and the actor thread

@@ -39,7 +39,14 @@ pub(crate) async fn transfer(ctx: &Ctx, op: TransferBlockOp) -> Result<ExtendedB
             have: e.gen_stamp,
         });
     }
-    let on_disk = e.live.bytes_on_disk();
+    let mut on_disk = e.live.bytes_on_disk();
+    if on_disk < op.block.num_bytes && e.live.writer().is_some() {
+        // A buffered writer (write-memory batching) may hold acknowledged bytes in memory.
+        // Its pipeline was given up — that is why a client copies the replica — so stop it:
+        // it flushes what it received before it lets go.
+        crate::write::receiver::stop_writer(ctx, e).await?;
+        on_disk = e.live.bytes_on_disk();
+    }
     if on_disk < op.block.num_bytes {
         return Err(DatanodeError::InvalidReplica {
             block: id,

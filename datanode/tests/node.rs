@@ -5,6 +5,7 @@
 
 mod support;
 
+use sluice_common::config::DatanodeConfig;
 use sluice_common::proto::*;
 use sluice_common::{BlockId, GenerationStamp, Status};
 use sluice_datanode::DataNode;
@@ -96,8 +97,15 @@ async fn serves_data_before_the_metadata_service_exists_then_registers_and_repor
 async fn kill_leaves_files_as_they_are_and_a_restart_finds_them() {
     within(30, async {
         let (meta_addr, _) = fake_meta().await;
-        let mut n = Node::start(meta_addr).await;
-        let tmp = n._tmp.take();
+        // The direct sink: every acknowledged packet is in the block file when the node dies.
+        // (A buffered replica keeps only what it flushed: see tests/batching.rs.)
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = vec![tmp.path().join("d1")];
+        let cfg = DatanodeConfig {
+            write_buffer_enabled: false,
+            ..config(meta_addr, &dirs)
+        };
+        let mut n = Node::start_on(meta_addr, dirs, Some(cfg)).await;
         let data = bytes(100_000, 3);
         write_block(n.addr(), vec![], block(32, 1, 0), &data).await;
         let mut c = Client::connect(n.addr()).await;

@@ -28,7 +28,16 @@ async fn three_node_pipeline_with_hflush_overlap_and_sync_reads_back_everywhere(
         c.packet(0, 0, &data[..700], false, false).await;
         expect_acks(&mut c, 1, 3).await;
         let info = ReplicaInfoOp { block: b };
-        for n in [&n1, &n2, &n3] {
+        // The last DataNode batches in memory (write-memory batching, idle flush 2 s): its
+        // visible length stays at the bytes in its block file, none yet.
+        let mut q = Client::connect(n3.addr()).await;
+        let rep = q
+            .op(Op::ReplicaInfo(info))
+            .await
+            .replica
+            .expect("replica info");
+        assert!(rep.block.num_bytes <= rep.bytes_on_disk, "{rep:?}");
+        for n in [&n1, &n2] {
             let mut q = Client::connect(n.addr()).await;
             let r = q.op(Op::ReplicaInfo(info)).await;
             let rep = r.replica.expect("replica info");

@@ -88,6 +88,10 @@ pub struct DatanodeConfig {
     /// Flush buffers with O_DIRECT (aligned head; unaligned tail through the page cache).
     #[serde(rename = "write.o.direct.enabled")]
     pub write_o_direct: bool,
+    /// Drop a buffered replica's written pages from the page cache behind its flushes and at
+    /// release (upstream's release does), keeping the cache for reads.
+    #[serde(rename = "write.buffer.drop.behind")]
+    pub write_buffer_drop_behind: bool,
 
     /// Data bytes per piece of a streaming read when the client does not ask for a size.
     #[serde(rename = "read.piece.bytes")]
@@ -126,6 +130,7 @@ impl Default for DatanodeConfig {
             concurrent_flush_mb_per_volume: 64,
             read_ahead_cache_threshold: ByteSize::kib(256),
             write_o_direct: false,
+            write_buffer_drop_behind: true,
             read_piece_bytes: ByteSize::mib(1),
             read_prefetch_bytes: ByteSize::mib(8),
         }

@@ -1,8 +1,10 @@
 //! The receiving side of a `WriteBlock` (HDFS's `BlockReceiver`): one connection task.
 //!
 //! Set-up: check the op and prepare the replica per stage (create, replace, recover, or
-//! close-recover), connect downstream, and only then answer upstream — so a success covers the
-//! whole rest of the pipeline. Then, for every packet, in this order:
+//! close-recover), connect downstream, start the replica's writer — for a buffered writer
+//! (write-memory batching) after taking its memory permit, waiting for one if the cap is
+//! reached — and only then answer upstream, so a success covers the whole rest of the
+//! pipeline. Then, for every packet, in this order:
 //! 1. check the header ([`PacketValidator`]);
 //! 2. forward the frame downstream unchanged;
 //! 3. verify every chunk's CRC32C;
@@ -17,6 +19,7 @@
 //! past `socket.timeout` ends the loop. In every case what was received is flushed to the block
 //! file (`Stop`) and the replica stays in `rbw/` for recovery.
 
+use super::buffer::BufferLease;
 use super::packet::{PacketKind, PacketValidator};
 use super::pipeline::{self, Downstream};
 use super::responder::{PendingAck, Responder, ResponderEnd};
@@ -104,14 +107,29 @@ async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstre
             }
         }
     };
+    let writer = match prepared {
+        Prepared::Open(replica) => match start_writer(&ctx, &op, replica).await {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!("cannot start the replica writer: {e}");
+                ctx.metrics.op_errors.inc();
+                let _ = wire::respond(&mut upstream, wire::error_response(&e), t).await;
+                return;
+            }
+        },
+        Prepared::Closed(_) => None,
+    };
     let mut resp = OpResponse::ok();
     resp.replica = ctx.dataset.get(op.block.id).map(|e| e.info());
     if let Err(e) = wire::respond(&mut upstream, resp, t).await {
         tracing::warn!("cannot answer the set-up: {e}");
+        if let Some((w, _)) = writer {
+            let _ = w.send(Stop).await;
+        }
         return;
     }
-    if let Prepared::Open(replica) = prepared {
-        run(ctx, op, replica, reader, upstream, downstream).await;
+    if let Some((writer, live)) = writer {
+        run(ctx, op, writer, live, reader, upstream, downstream).await;
     }
 }
 
@@ -218,16 +236,15 @@ enum Outcome {
 async fn run(
     ctx: Ctx,
     op: WriteBlockOp,
-    replica: OpenReplica,
+    writer: Addr<ReplicaWriter>,
+    live: Arc<ReplicaLive>,
     mut reader: FrameReader,
     upstream: FrameWriter,
     downstream: Option<Downstream>,
 ) {
-    let live = replica.entry.live.clone();
     let stop = CancellationToken::new();
     let _writer_done = live.attach_writer(stop.clone());
     let validator = PacketValidator::new(live.bytes_on_disk(), op.bytes_per_checksum);
-    let writer = start_writer(&ctx, &op, replica);
     let (tx, rx) = mpsc::channel(ACK_QUEUE);
     let (broken, downstream_lost) = (CancellationToken::new(), CancellationToken::new());
     let (ds_reader, ds_writer) = downstream.map(|d| (d.reader, d.writer)).unzip();
@@ -262,16 +279,53 @@ async fn run(
     finish(&ctx, &op, &live, ended).await;
 }
 
-fn start_writer(ctx: &Ctx, op: &WriteBlockOp, replica: OpenReplica) -> Addr<ReplicaWriter> {
+/// Starts the replica's writer actor: buffered if batching applies to this replica and a
+/// memory permit comes (see [`lease_buffer`]), direct otherwise.
+async fn start_writer(
+    ctx: &Ctx,
+    op: &WriteBlockOp,
+    replica: OpenReplica,
+) -> Result<(Addr<ReplicaWriter>, Arc<ReplicaLive>)> {
+    let live = replica.entry.live.clone();
     let settings = WriterSettings {
         stage: op.stage,
         last_in_pipeline: op.targets.is_empty(),
         sync_on_close: ctx.cfg.sync_on_close,
         scope: ctx.scope.clone(),
     };
-    let state = WriteState::new(replica, settings, ctx.dataset.clone(), ctx.metrics.clone());
-    let io = ctx.io.clone();
-    ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| ReplicaWriter::new(state, io))
+    let lease = if ctx.buffers.applies(op.stage, settings.last_in_pipeline) {
+        lease_buffer(ctx).await?
+    } else {
+        None
+    };
+    let (ds, m) = (ctx.dataset.clone(), ctx.metrics.clone());
+    let state = ctx
+        .blocking(move || WriteState::new(replica, settings, ds, m, lease))
+        .await?;
+    let (io, metrics) = (ctx.io.clone(), ctx.metrics.clone());
+    let idle = ctx.buffers.settings().idle_flush;
+    let addr = ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| {
+        ReplicaWriter::new(state, io, idle, metrics)
+    });
+    Ok((addr, live))
+}
+
+/// Takes a write-buffer memory permit, waiting while the cap is reached — at most half the
+/// socket timeout, so that the upstream's set-up does not time out: then the replica is
+/// written directly (which needs no buffer, so the cap holds either way).
+async fn lease_buffer(ctx: &Ctx) -> Result<Option<BufferLease>> {
+    let limit = ctx.socket_timeout() / 2;
+    tokio::select! {
+        biased;
+        _ = ctx.kill.cancelled() => Err(DatanodeError::ShuttingDown),
+        _ = ctx.shutdown.cancelled() => Err(DatanodeError::ShuttingDown),
+        lease = ctx.buffers.lease(limit) => {
+            if lease.is_none() {
+                tracing::warn!("no write buffer free within {limit:?}: this replica is written directly");
+            }
+            Ok(lease)
+        }
+    }
 }
 
 /// What is left of a pipeline once its packet loop ended.

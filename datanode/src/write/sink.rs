@@ -4,9 +4,10 @@
 //! the bytes it already holds) and is responsible for writing only the bytes it does not hold
 //! yet and *all* the packet's checksums — so that after an hflush that ended inside a chunk, the
 //! resent chunk's checksum replaces the partial one. The direct sink writes every packet with
-//! positional writes as it arrives. The buffered sink of write-memory batching (HDFS-17973)
-//! implements the same trait: it would hold packets in a pooled buffer and write them in large
-//! sequential flushes, with `bytes_on_disk` lagging behind `bytes_received` until a flush.
+//! positional writes as it arrives. The buffered sink of write-memory batching (HDFS-17973,
+//! [`super::buffered::BufferedSink`]) implements the same trait: it holds packets in a pooled
+//! buffer and writes them in large sequential flushes, with `bytes_on_disk` lagging behind
+//! `bytes_received` until a flush.
 //!
 //! Crash-safety order of the direct sink: per packet, the new data bytes go to the block file,
 //! then the packet's checksums to the meta file, then `bytes_on_disk` rises (a crash in between
@@ -31,12 +32,19 @@ pub trait ReplicaSink: Send {
     fn flush(&mut self) -> Result<()>;
     /// Flushes, then makes everything received durable (fdatasync block and metadata file).
     fn sync(&mut self) -> Result<()>;
-    /// Drains before finalize; fsyncs when `sync` (`sync.on.close`).
-    fn finalize(&mut self, sync: bool) -> Result<()>;
     /// Bytes received so far (the next packet continues here).
     fn bytes_received(&self) -> u64;
     /// Bytes in the block file (never more than received; readers see at most this).
     fn bytes_on_disk(&self) -> u64;
+    /// True when bytes or checksums wait in memory for a flush (the idle timer skips the
+    /// flush otherwise).
+    fn pending(&self) -> bool {
+        self.bytes_received() > self.bytes_on_disk()
+    }
+    /// True for a sink that batches in memory.
+    fn is_buffered(&self) -> bool {
+        false
+    }
     /// Frees files, buffers and permits. Idempotent; never flushes.
     fn release(&mut self);
 }
@@ -73,7 +81,7 @@ impl DirectSink {
 }
 
 /// `pwrite`s all of `buf` at `pos`, counting each call.
-fn write_all_at(
+pub(crate) fn write_all_at(
     file: &File,
     mut buf: &[u8],
     mut pos: u64,
@@ -129,14 +137,6 @@ impl ReplicaSink for DirectSink {
         block.sync_data().ctx("fdatasync", &self.block_path)?;
         meta.sync_data().ctx("fdatasync", &self.meta_path)?;
         self.metrics.fsyncs.add(2);
-        Ok(())
-    }
-
-    fn finalize(&mut self, sync: bool) -> Result<()> {
-        self.flush()?;
-        if sync {
-            self.sync()?;
-        }
         Ok(())
     }
 

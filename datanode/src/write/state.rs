@@ -4,8 +4,12 @@
 //!
 //! The writer knows its stage and whether its DataNode is the last of the pipeline: that is
 //! what decides the sink (write-memory batching applies only to `Create` replicas, by default
-//! only on the last DataNode). Today every writer uses the [`DirectSink`].
+//! only on the last DataNode; see [`super::buffer::BufferSettings::applies`]). The receiver
+//! takes the memory permit and hands it here as a [`BufferLease`]: with one the writer uses a
+//! [`BufferedSink`], without one the [`DirectSink`].
 
+use super::buffer::BufferLease;
+use super::buffered::BufferedSink;
 use super::sink::{DirectSink, ReplicaSink};
 use crate::error::{DatanodeError, Result};
 use crate::failpoint::{FailAction, FailScope};
@@ -49,23 +53,36 @@ impl std::fmt::Debug for WriteState {
 }
 
 impl WriteState {
-    /// A writer for `replica`, continuing at its bytes on disk.
+    /// A writer for `replica`, continuing at its bytes on disk; buffered when given a memory
+    /// permit (`lease`). Blocks (opens files, allocates the buffer). On failure the permit and
+    /// the buffer go back.
     pub fn new(
         replica: OpenReplica,
         settings: WriterSettings,
         dataset: Arc<Dataset>,
         metrics: Arc<Metrics>,
-    ) -> WriteState {
+        lease: Option<BufferLease>,
+    ) -> Result<WriteState> {
         let block = replica.entry.id;
         let live = replica.entry.live.clone();
-        let sink = choose_sink(replica, &settings, metrics);
-        WriteState {
+        let sink = choose_sink(replica, &settings, metrics, lease)?;
+        Ok(WriteState {
             block,
             settings,
             sink,
             live,
             dataset,
-        }
+        })
+    }
+
+    /// True when the writer batches in memory.
+    pub fn is_buffered(&self) -> bool {
+        self.sink.is_buffered()
+    }
+
+    /// True when received bytes wait in memory for a flush.
+    pub fn pending(&self) -> bool {
+        self.sink.pending()
     }
 
     /// Bytes received so far.
@@ -82,28 +99,40 @@ impl WriteState {
         checksums: &[u8],
         sync: bool,
     ) -> Result<()> {
-        self.sink.write(offset, data, checksums)?;
+        let res = self.sink.write(offset, data, checksums);
         self.live.set_bytes_on_disk(self.sink.bytes_on_disk());
+        res?;
         if sync {
-            self.failpoint("dn::before_fsync")?;
-            self.sink.sync()?;
-            self.live.set_bytes_on_disk(self.sink.bytes_on_disk());
+            self.sync()?;
         }
+        Ok(())
+    }
+
+    /// Drains the sink and makes everything received durable.
+    fn sync(&mut self) -> Result<()> {
+        self.flush()?;
+        self.failpoint("dn::before_fsync")?;
+        self.sink.sync()?;
+        self.live.set_bytes_on_disk(self.sink.bytes_on_disk());
         Ok(())
     }
 
     /// Hands buffered bytes to the file (the idle-flush hook of a buffered sink).
     pub fn flush(&mut self) -> Result<()> {
-        self.sink.flush()?;
+        let res = self.sink.flush();
         self.live.set_bytes_on_disk(self.sink.bytes_on_disk());
-        Ok(())
+        res
     }
 
     /// The last packet: drain (and fsync with `sync.on.close`), then move the replica to its
     /// final place and state. The sink is released.
     pub fn finalize(&mut self) -> Result<ReplicaEntry> {
         self.failpoint("dn::finalize")?;
-        self.sink.finalize(self.settings.sync_on_close)?;
+        if self.settings.sync_on_close {
+            self.sync()?;
+        } else {
+            self.flush()?;
+        }
         let len = self.sink.bytes_on_disk();
         let res = self
             .dataset
@@ -142,18 +171,26 @@ impl Drop for WriteState {
     }
 }
 
-/// The sink for a replica: the direct sink today. The buffered sink of write-memory batching
-/// goes here, for `Create` replicas (on the last DataNode unless configured otherwise).
+/// The sink for a replica: buffered when the receiver got a memory permit for it (a `Create`
+/// replica, on the last DataNode unless configured otherwise), direct otherwise.
 fn choose_sink(
     replica: OpenReplica,
     settings: &WriterSettings,
     metrics: Arc<Metrics>,
-) -> Box<dyn ReplicaSink> {
-    tracing::debug!(
-        block = %replica.entry.id,
-        stage = ?settings.stage,
-        last = settings.last_in_pipeline,
-        "replica writer uses the direct sink"
+    lease: Option<BufferLease>,
+) -> Result<Box<dyn ReplicaSink>> {
+    let (block, stage, last) = (replica.entry.id, settings.stage, settings.last_in_pipeline);
+    let Some(lease) = lease else {
+        tracing::debug!(%block, ?stage, last, "replica writer uses the direct sink");
+        return Ok(Box::new(DirectSink::new(replica, metrics)));
+    };
+    let sink = BufferedSink::new(replica, lease, metrics, settings.scope.clone())?;
+    tracing::info!(
+        %block,
+        ?stage,
+        last,
+        o_direct = sink.uses_direct_io(),
+        "replica writer buffers in memory (write-memory batching)"
     );
-    Box::new(DirectSink::new(replica, metrics))
+    Ok(Box::new(sink))
 }
