@@ -167,6 +167,12 @@ pub fn render(
         let _ = writeln!(out, "sluice_metadata_datanodes{{state=\"{label}\"}} {n}");
     }
     render_repair(&mut out, repair);
+    render_rpc(&mut out, rpc);
+    out
+}
+
+/// Renders the RPC counters.
+fn render_rpc(out: &mut String, rpc: &RpcMetrics) {
     for (name, help, map) in [
         (
             "sluice_metadata_rpc_calls_total",
@@ -184,5 +190,4 @@ pub fn render(
             let _ = writeln!(out, "{name}{{method=\"{method}\"}} {n}");
         }
     }
-    out
 }

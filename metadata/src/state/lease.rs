@@ -223,7 +223,7 @@ impl State {
     /// Starts (or keeps) the block recovery of the file's under-construction last block.
     fn recover_last_block(
         &mut self,
-        mut inode: Inode,
+        inode: Inode,
         id: BlockId,
         now: Instant,
         actions: &mut Vec<MonitorAction>,
@@ -237,17 +237,12 @@ impl State {
             .blocks
             .get(id)
             .ok_or(MetaError::UnknownBlock { block: id })?;
-        let block = info.extended(id);
+        let (empty, held) = (info.num_bytes == 0, !info.replicas.is_empty());
         let locations = self.recovery_locations(id);
         if locations.is_empty() {
-            if block.num_bytes == 0 && info.replicas.is_empty() {
+            if empty && !held {
                 tracing::info!(block = %id, "no DataNode holds the empty last block: dropping it");
-                if let Some(f) = inode.file_mut() {
-                    f.blocks.pop();
-                }
-                self.blocks.remove(id);
-                self.recoveries.finish(id);
-                self.close_recovered(inode, RECOVERY_HOLDER, actions)?;
+                self.drop_last_block(inode, id, actions)?;
                 return Ok(LeaseRecovery::Closed);
             }
             tracing::warn!(block = %id, "no live DataNode holds the last block: recovery waits");
@@ -257,6 +252,40 @@ impl State {
         if let Some(old) = self.recoveries.get(id) {
             tried.insert(old.primary.clone());
         }
+        let started = self.start_attempt(inode.id, id, locations, tried, now)?;
+        if let Some(action) = started {
+            actions.push(action);
+            return Ok(LeaseRecovery::BlockRecovery);
+        }
+        Ok(LeaseRecovery::Waiting)
+    }
+
+    /// Removes the file's empty last block and closes the file.
+    fn drop_last_block(
+        &mut self,
+        mut inode: Inode,
+        id: BlockId,
+        actions: &mut Vec<MonitorAction>,
+    ) -> Result<(), MetaError> {
+        if let Some(f) = inode.file_mut() {
+            f.blocks.pop();
+        }
+        self.blocks.remove(id);
+        self.recoveries.finish(id);
+        self.close_recovered(inode, RECOVERY_HOLDER, actions)
+    }
+
+    /// A recovery attempt on block `id`: a new recovery id (persisted counter) and a primary
+    /// among `locations`; its command waits for the primary's heartbeat. `None` if no location
+    /// can be primary.
+    fn start_attempt(
+        &mut self,
+        file: InodeId,
+        id: BlockId,
+        locations: Vec<DatanodeId>,
+        tried: BTreeSet<NodeId>,
+        now: Instant,
+    ) -> Result<Option<MonitorAction>, MetaError> {
         let cands: Vec<PrimaryCandidate> = locations
             .iter()
             .filter_map(|d| self.nodes.get(&d.node_id))
@@ -267,16 +296,18 @@ impl State {
             })
             .collect();
         let Some(primary) = choose_primary(&cands, &tried) else {
-            return Ok(LeaseRecovery::Waiting);
+            return Ok(None);
         };
         let recovery_id = self.ns.alloc_gen_stamp();
         self.ns.commit(Txn::new())?;
-        if let Some(info) = self.blocks.get_mut(id) {
-            info.pending_gen_stamp = Some(recovery_id);
-        }
+        let Some(info) = self.blocks.get_mut(id) else {
+            return Err(MetaError::UnknownBlock { block: id });
+        };
+        info.pending_gen_stamp = Some(recovery_id);
+        let block = info.extended(id);
         tracing::info!(block = %block, primary = %primary, recovery_id = %recovery_id, "block recovery started");
         let rec = BlockRecovery {
-            file: inode.id,
+            file,
             recovery_id,
             primary: primary.clone(),
             tried,
@@ -289,12 +320,11 @@ impl State {
         };
         self.recoveries.start(rec, cmd);
         self.counters.recoveries_started += 1;
-        actions.push(MonitorAction::BlockRecoveryStarted {
+        Ok(Some(MonitorAction::BlockRecoveryStarted {
             block: id,
             primary,
             recovery_id,
-        });
-        Ok(LeaseRecovery::BlockRecovery)
+        }))
     }
 
     /// The DataNodes (not dead) that may hold a replica of `id`: its pipeline, then every
@@ -326,38 +356,9 @@ impl State {
         _now: Instant,
     ) -> Result<(), MetaError> {
         let id = sync.block.id;
-        let Some(info) = self.blocks.get(id) else {
-            // A retried report after the block was dropped, or the file was deleted meanwhile.
-            return if sync.delete_block {
-                Ok(())
-            } else {
-                Err(MetaError::UnknownBlock { block: id })
-            };
+        let Some(file) = self.check_sync(sync)? else {
+            return Ok(());
         };
-        match self.recoveries.get(id) {
-            Some(r) if r.recovery_id == sync.new_gen_stamp => {}
-            Some(r) => {
-                return Err(MetaError::GenerationStampMismatch {
-                    block: id,
-                    given: sync.new_gen_stamp,
-                    current: r.recovery_id,
-                })
-            }
-            None if info.gen_stamp == sync.new_gen_stamp
-                && info.num_bytes == sync.new_length
-                && info.state != BlockState::UnderConstruction =>
-            {
-                return Ok(()); // a retried report of a recovery already recorded
-            }
-            None => {
-                return Err(MetaError::GenerationStampMismatch {
-                    block: id,
-                    given: sync.new_gen_stamp,
-                    current: info.gen_stamp,
-                })
-            }
-        }
-        let file = info.file;
         let mut inode = self
             .ns
             .get(file)?
@@ -388,6 +389,36 @@ impl State {
             tracing::info!(file = file.0, block = %id, "file closed by lease recovery");
         }
         Ok(())
+    }
+
+    /// Checks a recovery report against the attempt in progress: `Some(file)` to apply it,
+    /// `None` for a harmless repeat of a report already applied.
+    fn check_sync(&self, sync: &BlockSync) -> Result<Option<InodeId>, MetaError> {
+        let id = sync.block.id;
+        let Some(info) = self.blocks.get(id) else {
+            // A retried report after the block was dropped, or the file was deleted meanwhile.
+            return if sync.delete_block {
+                Ok(None)
+            } else {
+                Err(MetaError::UnknownBlock { block: id })
+            };
+        };
+        let mismatch = |current| MetaError::GenerationStampMismatch {
+            block: id,
+            given: sync.new_gen_stamp,
+            current,
+        };
+        match self.recoveries.get(id) {
+            Some(r) if r.recovery_id == sync.new_gen_stamp => Ok(Some(info.file)),
+            Some(r) => Err(mismatch(r.recovery_id)),
+            None if info.gen_stamp == sync.new_gen_stamp
+                && info.num_bytes == sync.new_length
+                && info.state != BlockState::UnderConstruction =>
+            {
+                Ok(None)
+            }
+            None => Err(mismatch(info.gen_stamp)),
+        }
     }
 
     /// Updates the file record for a recovered (or dropped) last block; closes it when asked

@@ -169,6 +169,14 @@ impl State {
                 self.replication.arrived(r.block.id, node);
             }
             self.try_complete(r.block.id);
+            let doomed = self
+                .blocks
+                .get(r.block.id)
+                .is_some_and(|info| info.deleting.contains(node));
+            if doomed {
+                // Still there: the Delete command was lost (say, the DataNode restarted).
+                self.blocks.schedule_delete(node, r.block);
+            }
         }
         Ok(invalidated)
     }

@@ -228,6 +228,11 @@ fn excess_replicas_go_from_the_crowded_rack_then_the_fullest_node() {
     )
     .unwrap();
     assert!(s.tick(at(t0, 4)).is_empty());
+    // The report says the replica is still there (the command was lost): asked again.
+    assert_eq!(
+        s.heartbeat(&hb("dn1"), at(t0, 4)).commands,
+        vec![DatanodeCommand::Delete { blocks: vec![b] }]
+    );
     s.block_received(&node("dn1"), &[ReplicaEvent::Deleted(b)])
         .unwrap();
     assert_eq!(
