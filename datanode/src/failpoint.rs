@@ -3,9 +3,10 @@
 //!
 //! Points: `dn::setup` (before connecting downstream), `dn::before_forward`,
 //! `dn::after_forward` (around forwarding a packet downstream), `dn::before_write` (before the
-//! packet goes to the replica writer), `dn::before_fsync` (in the writer, before an hsync's
-//! fsync), `dn::before_ack` (in the responder, before an ack goes upstream), `dn::finalize`
-//! (before the replica is finalized).
+//! packet goes to the replica writer), `dn::before_fsync` (in the writer, before the fsync of
+//! an hsync or of the close with `sync.on.close`), `dn::flush` (a buffered replica's flush to
+//! its block file: a write failure), `dn::before_ack` (in the responder, before an ack goes
+//! upstream), `dn::finalize` (before the replica is finalized).
 //!
 //! **Scoping convention.** Several DataNodes share one process in tests, and the `fail`
 //! registry is global. A point fires on a DataNode only when the configured `return` value
