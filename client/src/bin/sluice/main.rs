@@ -9,6 +9,8 @@
 #![allow(clippy::print_stdout)] // a command line prints its results
 
 mod admin;
+#[cfg(feature = "embedded")]
+mod bench;
 mod dfs;
 mod format;
 mod health;
@@ -52,6 +54,10 @@ enum Command {
     /// Run a metadata service and DataNodes in this process (a development cluster).
     #[cfg(feature = "embedded")]
     Local(local::LocalArgs),
+    /// Benchmarks, on an embedded cluster (or the one at --metadata).
+    #[cfg(feature = "embedded")]
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Probe a service's HTTP endpoint; exit 0 if healthy, 1 if not (container healthchecks).
     Health(health::HealthArgs),
 }
@@ -63,6 +69,8 @@ impl Command {
             Command::Admin(c) => c.name(),
             #[cfg(feature = "embedded")]
             Command::Local(_) => "local",
+            #[cfg(feature = "embedded")]
+            Command::Bench(c) => c.name(),
             Command::Health(_) => "health",
         }
     }
@@ -74,6 +82,8 @@ pub struct Globals {
     pub config: ClientConfig,
     /// The whole configuration (file and environment), for commands that run services.
     pub full: SluiceConfig,
+    /// True when `--metadata` (or `SLUICE_METADATA`) named a cluster on the command line.
+    pub metadata_given: bool,
 }
 
 impl Globals {
@@ -83,7 +93,11 @@ impl Globals {
         if let Some(addr) = &cli.metadata {
             config.metadata_address = addr.clone();
         }
-        Ok(Globals { config, full: all })
+        Ok(Globals {
+            config,
+            full: all,
+            metadata_given: cli.metadata.is_some(),
+        })
     }
 
     /// Connects to the metadata service.
@@ -103,6 +117,8 @@ async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Admin(c) => admin::run(c, &globals).await,
         #[cfg(feature = "embedded")]
         Command::Local(args) => local::run(args, &globals).await,
+        #[cfg(feature = "embedded")]
+        Command::Bench(c) => bench::run(c, &globals).await,
         Command::Health(_) => Ok(ExitCode::SUCCESS), // answered above
     }
 }

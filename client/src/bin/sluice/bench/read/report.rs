@@ -1,0 +1,284 @@
+//! The read benchmark's results: samples, min/median/max, the stream/chunk and
+//! prefetch on/off ratios, printed as a table or as JSON.
+
+use super::cache::Machine;
+use serde::Serialize;
+
+/// One timed run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    /// Wall time in seconds.
+    pub secs: f64,
+    /// Bytes read per second, in MB/s (10^6 bytes, as upstream reports).
+    pub mb_per_s: f64,
+}
+
+impl Sample {
+    /// `bytes` in `secs`.
+    pub fn new(bytes: u64, secs: f64) -> Sample {
+        Sample {
+            secs,
+            mb_per_s: bytes as f64 / secs.max(1e-9) / 1e6,
+        }
+    }
+}
+
+/// Minimum, median and maximum.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    /// Smallest.
+    pub min: f64,
+    /// Median (the mean of the middle two for an even count).
+    pub median: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (all zero when empty).
+    pub fn of(values: impl Iterator<Item = f64>) -> Spread {
+        let mut v: Vec<f64> = values.collect();
+        if v.is_empty() {
+            return Spread {
+                min: 0.0,
+                median: 0.0,
+                max: 0.0,
+            };
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Spread {
+            min: v[0],
+            median,
+            max: v[n - 1],
+        }
+    }
+}
+
+/// One configuration's runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Reader threads, each on its own file.
+    pub threads: usize,
+    /// `stream` or `chunk`.
+    pub mode: &'static str,
+    /// `warm` (every replica file in the page cache), `cold` (evicted) or `as-is`.
+    pub cache: &'static str,
+    /// The DataNodes' `read.prefetch.bytes`, as text (`off` for 0).
+    pub prefetch: String,
+    /// Each run.
+    pub runs: Vec<Sample>,
+    /// Seconds per run.
+    pub secs: Spread,
+    /// Aggregate MB/s per run.
+    pub mb_per_s: Spread,
+}
+
+impl Row {
+    /// A row from its runs.
+    pub fn new(
+        threads: usize,
+        mode: &'static str,
+        cache: &'static str,
+        prefetch: String,
+        runs: Vec<Sample>,
+    ) -> Row {
+        Row {
+            threads,
+            mode,
+            cache,
+            prefetch,
+            secs: Spread::of(runs.iter().map(|s| s.secs)),
+            mb_per_s: Spread::of(runs.iter().map(|s| s.mb_per_s)),
+            runs,
+        }
+    }
+}
+
+/// A ratio of median MB/s between two rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    /// What is compared.
+    pub what: String,
+    /// Numerator's median MB/s divided by the denominator's.
+    pub ratio: f64,
+}
+
+/// Everything one run of the benchmark measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Where.
+    pub machine: Machine,
+    /// Bytes per file.
+    pub file_bytes: u64,
+    /// Block size of the files.
+    pub block_bytes: u64,
+    /// Replicas per block.
+    pub replication: u16,
+    /// Bytes per `read` call of the application.
+    pub read_bytes: u64,
+    /// The client's `read.buffer.bytes` and `read.piece.bytes`, and `read.chunk.size`.
+    pub client: String,
+    /// Aggregate MB/s of writing the files.
+    pub write_mb_per_s: f64,
+    /// A plain tokio socket copy of `file_bytes` over loopback, per run.
+    pub loopback: Row,
+    /// Every configuration measured.
+    pub rows: Vec<Row>,
+    /// stream/chunk and prefetch on/off.
+    pub ratios: Vec<Ratio>,
+    /// What could not be measured in this run, and why.
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Fills `ratios`: stream/chunk for each (threads, cache, prefetch) measured in both
+    /// modes, and prefetch on/off for stream mode.
+    pub fn compute_ratios(&mut self) {
+        let mut out = Vec::new();
+        for s in self.rows.iter().filter(|r| r.mode == "stream") {
+            let same = |r: &&Row| r.threads == s.threads && r.cache == s.cache;
+            if let Some(c) = self
+                .rows
+                .iter()
+                .filter(same)
+                .find(|r| r.mode == "chunk" && r.prefetch == s.prefetch)
+            {
+                out.push(Ratio {
+                    what: format!(
+                        "stream/chunk, {} thread(s), {}, prefetch {}",
+                        s.threads, s.cache, s.prefetch
+                    ),
+                    ratio: s.mb_per_s.median / c.mb_per_s.median.max(1e-9),
+                });
+            }
+            if s.prefetch == "off" {
+                continue;
+            }
+            if let Some(off) = self
+                .rows
+                .iter()
+                .filter(same)
+                .find(|r| r.mode == "stream" && r.prefetch == "off")
+            {
+                out.push(Ratio {
+                    what: format!(
+                        "stream prefetch {}/off, {} thread(s), {}",
+                        s.prefetch, s.threads, s.cache
+                    ),
+                    ratio: s.mb_per_s.median / off.mb_per_s.median.max(1e-9),
+                });
+            }
+        }
+        self.ratios = out;
+    }
+
+    /// The human-readable table.
+    pub fn print_table(&self) {
+        let m = &self.machine;
+        let disk = match m.rotational {
+            Some(true) => "rotational",
+            Some(false) => "non-rotational",
+            None => "unknown kind",
+        };
+        println!(
+            "machine: {} CPUs ({}), {:.1} GiB RAM, kernel {}, disk {} ({disk})",
+            m.cpus, m.cpu_model, m.memory_gib, m.kernel, m.disk
+        );
+        println!(
+            "files: {} each, blocks of {}, replication {}; reads of {}; client {}",
+            human(self.file_bytes),
+            human(self.block_bytes),
+            self.replication,
+            human(self.read_bytes),
+            self.client
+        );
+        println!("write: {:.0} MB/s", self.write_mb_per_s);
+        println!(
+            "loopback TCP copy of {}: {:.0} / {:.0} / {:.0} MB/s (min / median / max)",
+            human(self.file_bytes),
+            self.loopback.mb_per_s.min,
+            self.loopback.mb_per_s.median,
+            self.loopback.mb_per_s.max
+        );
+        println!();
+        println!(
+            "{:>7}  {:<6}  {:<6}  {:<8}  {:>22}  {:>22}",
+            "threads", "mode", "cache", "prefetch", "seconds min/med/max", "MB/s min/med/max"
+        );
+        for r in &self.rows {
+            println!(
+                "{:>7}  {:<6}  {:<6}  {:<8}  {:>22}  {:>22}",
+                r.threads,
+                r.mode,
+                r.cache,
+                r.prefetch,
+                format!("{:.2}/{:.2}/{:.2}", r.secs.min, r.secs.median, r.secs.max),
+                format!(
+                    "{:.0}/{:.0}/{:.0}",
+                    r.mb_per_s.min, r.mb_per_s.median, r.mb_per_s.max
+                ),
+            );
+        }
+        println!();
+        for r in &self.ratios {
+            println!("{:<52} {:.2}x", r.what, r.ratio);
+        }
+        for n in &self.notes {
+            println!("note: {n}");
+        }
+    }
+}
+
+/// `n` bytes in binary units.
+pub fn human(n: u64) -> String {
+    sluice_common::config::ByteSize(n).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_and_ratios() {
+        let s = Spread::of([3.0, 1.0, 2.0].into_iter());
+        assert_eq!((s.min, s.median, s.max), (1.0, 2.0, 3.0));
+        assert_eq!(Spread::of([1.0, 2.0].into_iter()).median, 1.5);
+        let row = |mode, prefetch: &str, mbps| {
+            Row::new(
+                1,
+                mode,
+                "cold",
+                prefetch.into(),
+                vec![Sample::new(mbps, 1.0)],
+            )
+        };
+        let mut r = Report {
+            machine: Machine::probe(std::path::Path::new("/")),
+            file_bytes: 0,
+            block_bytes: 0,
+            replication: 1,
+            read_bytes: 0,
+            client: String::new(),
+            write_mb_per_s: 0.0,
+            loopback: row("tcp", "-", 1),
+            rows: vec![
+                row("stream", "8MiB", 300_000_000),
+                row("chunk", "8MiB", 200_000_000),
+                row("stream", "off", 250_000_000),
+            ],
+            ratios: Vec::new(),
+            notes: Vec::new(),
+        };
+        r.compute_ratios();
+        let got: Vec<(String, f64)> = r.ratios.iter().map(|x| (x.what.clone(), x.ratio)).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!((got[0].1 - 1.5).abs() < 1e-9, "{got:?}");
+        assert!((got[1].1 - 1.2).abs() < 1e-9, "{got:?}");
+    }
+}

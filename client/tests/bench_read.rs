@@ -1,0 +1,36 @@
+//! `sluice bench read` runs end to end on a tiny embedded cluster and reports every
+//! configuration (both modes, warm and cold, prefetch on and off) with its ratios.
+
+#![cfg(feature = "embedded")]
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+
+#[test]
+fn bench_read_reports_both_modes_warm_and_cold_and_prefetch_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("bench");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "read", "--size", "2MiB", "--block-size", "1MiB"])
+        .args(["--threads", "2", "--runs", "2", "--json", "--dir"])
+        .arg(&dir)
+        .env_remove("SLUICE_CONFIG")
+        .env_remove("SLUICE_METADATA")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    // (1 and 2 threads) x (warm, cold) x (stream, chunk), then stream with prefetch off.
+    assert_eq!(rows.len(), 12, "{report:#}");
+    for r in rows {
+        assert_eq!(r["runs"].as_array().unwrap().len(), 2);
+        assert!(r["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
+    }
+    let off = rows.iter().filter(|r| r["prefetch"] == "off").count();
+    assert_eq!(off, 4);
+    assert_eq!(report["ratios"].as_array().unwrap().len(), 8, "{report:#}");
+    assert!(report["loopback"]["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
+    assert!(!dir.exists(), "the cluster directory is removed");
+}
