@@ -188,8 +188,9 @@ impl Dataset {
         })
     }
 
-    /// Pipeline recovery: the replica must have `block.gen_stamp` (or already `latest`) and at
-    /// least `block.num_bytes` bytes; it is truncated to that length and takes `latest`. With
+    /// Pipeline recovery: the replica must have a generation stamp from `block.gen_stamp` to
+    /// `latest` (an earlier, failed recovery attempt may have restamped it) and at least
+    /// `block.num_bytes` bytes; it is truncated to that length and takes `latest`. With
     /// `close`, it is then finalized (CloseRecovery) and `None` is returned; otherwise the
     /// replica is returned open for the packets that follow. The caller has stopped the old
     /// writer.
@@ -490,7 +491,9 @@ fn check_recoverable(
         });
     }
     let invalid = |reason: String| Err(DatanodeError::InvalidReplica { block: id, reason });
-    if old.gen_stamp != block.gen_stamp && old.gen_stamp != latest {
+    // Any stamp in [block's, latest] is accepted (HDFS `recoverRbw`): an earlier recovery
+    // attempt that failed part way may have restamped this replica to an intermediate one.
+    if old.gen_stamp > latest {
         return invalid(format!(
             "generation stamp {} is newer than the recovery's {latest}",
             old.gen_stamp

@@ -230,6 +230,33 @@ fn recovery_truncates_to_the_acked_length_and_bumps_the_generation_stamp() {
 }
 
 #[test]
+fn recovery_accepts_a_stamp_left_by_a_failed_attempt_but_not_a_newer_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, m) = open(&[dir.path().to_path_buf()]);
+    let bytes = data(2000, 7);
+    drop(write_rbw(&ds, &m, 9, &bytes, 1024));
+    // An attempt under gs 2 restamped the replica, then failed further down the pipeline.
+    let gs1 = ExtendedBlock::new(BlockId(9), GenerationStamp(1), 1500);
+    drop(ds.recover(gs1, GenerationStamp(2), false).unwrap());
+    // The writer retries from what it knows (gs 1) with a newer stamp: accepted.
+    let r = ds.recover(gs1, GenerationStamp(4), false).unwrap().unwrap();
+    assert_eq!(r.entry.gen_stamp, GenerationStamp(4));
+    drop(r);
+    assert_files_valid(&ds, 9, &bytes[..1500]);
+    // A recovery whose latest stamp is older than the replica's is refused.
+    let err = ds.recover(gs1, GenerationStamp(3), false).unwrap_err();
+    assert_eq!(err.status(), sluice_common::Status::ErrorInvalid, "{err}");
+    // So is one naming a stamp newer than the replica's (it is stale).
+    let newer = ExtendedBlock::new(BlockId(9), GenerationStamp(5), 1500);
+    let err = ds.recover(newer, GenerationStamp(6), false).unwrap_err();
+    assert_eq!(
+        err.status(),
+        sluice_common::Status::ErrorStaleGenStamp,
+        "{err}"
+    );
+}
+
+#[test]
 fn create_refuses_same_generation_and_replaces_older_one() {
     let dir = tempfile::tempdir().unwrap();
     let (ds, m) = open(&[dir.path().to_path_buf()]);

@@ -7,7 +7,8 @@ use crate::wire::{self, FrameReader, FrameWriter};
 use bytes::Bytes;
 use sluice_common::proto::{Message, Op, OpResponse, WriteBlockOp, PROTOCOL_VERSION};
 use sluice_common::Status;
-use tokio::net::TcpStream;
+use std::net::{IpAddr, SocketAddr};
+use tokio::net::{TcpSocket, TcpStream};
 
 /// An established downstream connection.
 #[derive(Debug)]
@@ -60,7 +61,7 @@ pub async fn connect(ctx: &NodeContext, op: &WriteBlockOp) -> Result<Downstream,
         first_bad_link: addr.clone(),
     };
     let t = ctx.socket_timeout();
-    let stream = match tokio::time::timeout(t, TcpStream::connect(&addr)).await {
+    let stream = match tokio::time::timeout(t, dial(&ctx.cfg.bind_host, &addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(fail(format!("cannot connect to downstream {addr}: {e}"))),
         Err(_) => return Err(fail(format!("connecting to downstream {addr} timed out"))),
@@ -95,4 +96,41 @@ pub async fn connect(ctx: &NodeContext, op: &WriteBlockOp) -> Result<Downstream,
         Ok(None) => Err(fail(format!("downstream {addr} closed the connection"))),
         Err(e) => Err(fail(format!("downstream {addr}: {e}"))),
     }
+}
+
+/// Connects to a peer DataNode. When `bind.host` is a specific address the connection leaves
+/// from it (port 0), so that a peer — or a test harness's per-link proxy — sees which DataNode
+/// is calling; a loopback `bind.host` is used only toward loopback peers.
+pub async fn dial(bind_host: &str, addr: &str) -> std::io::Result<TcpStream> {
+    let local = match bind_host.parse::<IpAddr>() {
+        Ok(ip) if !ip.is_unspecified() => ip,
+        _ => return TcpStream::connect(addr).await,
+    };
+    let mut last = None;
+    for target in tokio::net::lookup_host(addr).await? {
+        let fits =
+            target.is_ipv4() == local.is_ipv4() && target.ip().is_loopback() == local.is_loopback();
+        let socket = match (fits, target) {
+            (false, _) => None,
+            (true, SocketAddr::V4(_)) => Some(TcpSocket::new_v4()?),
+            (true, SocketAddr::V6(_)) => Some(TcpSocket::new_v6()?),
+        };
+        let r = match socket {
+            Some(socket) => match socket.bind(SocketAddr::new(local, 0)) {
+                Ok(()) => socket.connect(target).await,
+                Err(e) => Err(e),
+            },
+            None => TcpStream::connect(target).await,
+        };
+        match r {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            format!("{addr} resolves to no address"),
+        )
+    }))
 }
