@@ -192,6 +192,45 @@ pub enum ClientError {
         /// What is wrong.
         reason: String,
     },
+    /// Pipeline recovery ran out of DataNodes: every DataNode of the block's pipeline failed
+    /// (HDFS "All datanodes [...] are bad. Aborting..."). Nothing past the last acknowledged
+    /// byte is claimed.
+    #[error("all DataNodes of the write pipeline for {block} are bad ({}); last failure: {last}", nodes.join(", "))]
+    AllDatanodesBad {
+        /// The block being written.
+        block: BlockId,
+        /// Every DataNode taken out of the block's pipeline, in the order they failed.
+        nodes: Vec<String>,
+        /// The last failure.
+        last: String,
+    },
+    /// The same packet failed pipeline recovery too many times without any packet being
+    /// acknowledged in between (HDFS "Tried pipeline recovery 5 times without success").
+    #[error("failing the write of {block}: tried pipeline recovery {attempts} times without success; last failure at DataNode {node}: {last}")]
+    RecoveryLimit {
+        /// The block being written.
+        block: BlockId,
+        /// Recoveries tried for the packet.
+        attempts: u32,
+        /// The DataNode blamed for the last failure.
+        node: String,
+        /// The last failure.
+        last: String,
+    },
+    /// The replace-DataNode-on-failure policy asked for a replacement and none could be added
+    /// (HDFS "Failed to replace a bad datanode on the existing pipeline due to no more good
+    /// datanodes being available to try"). With `best-effort` the write goes on instead.
+    #[error("failed to replace a bad DataNode on the write pipeline for {block} (policy {policy}, {survivors} DataNodes left): {reason}")]
+    ReplaceDatanode {
+        /// The block being written.
+        block: BlockId,
+        /// The policy that asked for the replacement.
+        policy: String,
+        /// DataNodes left in the pipeline.
+        survivors: usize,
+        /// Why no replacement was added.
+        reason: String,
+    },
 }
 
 impl From<ConfigError> for ClientError {
@@ -249,6 +288,9 @@ impl ClientError {
                 K::InvalidInput
             }
             ClientError::WriterClosed { .. } => K::BrokenPipe,
+            ClientError::AllDatanodesBad { .. } | ClientError::RecoveryLimit { .. } => {
+                K::BrokenPipe
+            }
             _ => K::Other,
         }
     }

@@ -4,7 +4,7 @@ mod support;
 
 use sluice_client::{ClientError, ConnectOptions, FileSystem, WriteOptions};
 use sluice_common::config::HumanDuration;
-use sluice_common::proto::HEARTBEAT_SEQNO;
+use sluice_common::proto::{BlockStage, HEARTBEAT_SEQNO};
 use sluice_common::{MetaError, Status};
 use std::time::Duration;
 use support::*;
@@ -93,37 +93,94 @@ async fn hflush_makes_data_visible_and_resends_the_partial_chunk() {
 }
 
 #[tokio::test]
-async fn an_error_ack_fails_the_write_naming_the_datanode_and_close_repeats_it() {
+async fn an_error_ack_takes_the_node_out_and_recovery_finishes_the_file_on_the_survivor() {
     within(20, async {
         let dn = start_dn("dn1").await;
         let dn2 = start_dn("dn2").await; // named in the pipeline; the fake dn1 answers for it
         let meta = start_meta(vec![dn.id.clone(), dn2.id.clone()]).await;
         dn.st().fail_ack = Some((1, 1, Status::ErrorChecksum));
         let fs = connect(config(&meta)).await;
+        let data = bytes(5000, 3);
         let mut w = fs.create("/bad", opts(1 << 20)).await.unwrap();
+        w.write_all(&data).await.unwrap();
+        w.close().await.unwrap();
+        assert_eq!(w.pipeline_recoveries(), 1);
+        assert_eq!(w.bytes_acked(), 5000);
+        let st = dn.st();
+        assert!(st.violations.is_empty(), "{:?}", st.violations);
+        assert_eq!(
+            st.stages,
+            vec![BlockStage::Create, BlockStage::StreamingRecovery]
+        );
+        assert_eq!(st.blocks.values().next().unwrap(), &data);
+        drop(st);
+        let m = meta.st();
+        // Packet 0 (1 KiB) was acknowledged before packet 1 failed at dn2.
+        let (old, new, nodes) = m.pipeline_updates[0].clone();
+        assert_eq!((old.num_bytes, new.num_bytes), (1024, 1024));
+        assert!(new.gen_stamp > old.gen_stamp);
+        assert_eq!(nodes, vec![dn.id.node_id.clone()]);
+        let last = m.completes.last().unwrap().unwrap();
+        assert_eq!((last.gen_stamp, last.num_bytes), (new.gen_stamp, 5000));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_recovery_fails_the_write_and_close_repeats_the_error() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let dn2 = start_dn("dn2").await;
+        let meta = start_meta(vec![dn.id.clone(), dn2.id.clone()]).await;
+        meta.st().refuse_recovery = true;
+        dn.st().fail_ack = Some((1, 1, Status::ErrorChecksum));
+        let fs = connect(config(&meta)).await;
+        let mut w = fs.create("/refused", opts(1 << 20)).await.unwrap();
         let r = w.write_all(&bytes(5000, 3)).await;
         let flushed = match r {
             Ok(()) => w.hflush().await,
             Err(e) => Err(client_error(e)),
         };
-        let err = flushed.expect_err("the pipeline failed");
-        match &err {
-            ClientError::Pipeline {
-                node,
-                index,
-                reason,
-                ..
-            } => {
-                assert_eq!(*index, 1);
-                assert!(node.contains("dn2"), "{node}");
-                assert!(reason.contains("ERROR_CHECKSUM"), "{reason}");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+        let err = flushed.expect_err("recovery was refused");
+        assert!(
+            matches!(err, ClientError::Meta(MetaError::UnknownBlock { .. })),
+            "{err:?}"
+        );
         let again = w.close().await.expect_err("close repeats the first error");
         assert_eq!(again.to_string(), err.to_string());
-        let io = w.write_all(b"more").await.expect_err("write after failure");
-        assert!(client_error(io).to_string().contains("dn2"));
+        assert!(w.write_all(b"more").await.is_err(), "write after failure");
+        assert_eq!(
+            w.bytes_acked(),
+            1024,
+            "nothing past the last ack is claimed"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failure_on_the_last_packet_is_finished_by_close_recovery() {
+    within(20, async {
+        let dn = start_dn("dn1").await;
+        let dn2 = start_dn("dn2").await;
+        let meta = start_meta(vec![dn.id.clone(), dn2.id.clone()]).await;
+        // 3000 bytes in 1 KiB packets: seqnos 0..=2 carry data, 3 is the last packet.
+        dn.st().fail_ack = Some((3, 1, Status::Error));
+        let fs = connect(config(&meta)).await;
+        let data = bytes(3000, 8);
+        let mut w = fs.create("/closing", opts(1 << 20)).await.unwrap();
+        w.write_all(&data).await.unwrap();
+        w.close().await.unwrap();
+        let st = dn.st();
+        assert_eq!(
+            st.stages,
+            vec![BlockStage::Create, BlockStage::CloseRecovery]
+        );
+        assert_eq!(st.blocks.values().next().unwrap(), &data);
+        let m = meta.st();
+        let (_, new, nodes) = m.pipeline_updates[0].clone();
+        assert_eq!((new.num_bytes, nodes), (3000, vec![dn.id.node_id.clone()]));
+        assert_eq!(m.completes.last().unwrap().unwrap(), new);
     })
     .await;
 }
@@ -200,14 +257,18 @@ async fn first_bad_link_is_the_node_excluded() {
         let mut w = fs.create("/link", opts(1 << 20)).await.unwrap();
         w.write_all(b"hello").await.unwrap();
         // `first` keeps refusing: after excluding `second`, `first` is tried again, then
-        // excluded; nothing is left and the metadata service says so.
+        // excluded; nothing is left, which the error says after naming both.
         let err = w.close().await.expect_err("no good node");
         let m = meta.st();
         assert_eq!(m.add_block_calls[1].1, vec![second.id.node_id.clone()]);
-        assert!(
-            matches!(err, ClientError::Meta(MetaError::NotEnoughDatanodes { .. })),
-            "{err:?}"
-        );
+        match &err {
+            ClientError::PipelineSetup { tried, last, .. } => {
+                assert_eq!(tried.len(), 2, "{tried:?}");
+                assert!(tried[0].contains("second") && tried[1].contains("first"));
+                assert!(last.contains("could only place"), "{last}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     })
     .await;
 }
@@ -262,17 +323,14 @@ async fn a_full_window_blocks_writes_and_a_silent_pipeline_times_out() {
         assert!(blocked.is_err(), "write_all must block on a full window");
         let sent = dn.st().packets.iter().filter(|h| h.seqno >= 0).count();
         assert!(sent <= 3, "{sent} packets sent with a window of 3");
-        // No ack within the socket timeout: the first DataNode is blamed.
+        // No ack within the socket timeout: the first (and only) DataNode is blamed, and no
+        // DataNode is left to recover with.
         let err = w.close().await.expect_err("timed out");
         match err {
-            ClientError::Pipeline {
-                index: 0,
-                node,
-                reason,
-                ..
-            } => {
-                assert!(node.contains("dn1"));
-                assert!(reason.contains("no ack"), "{reason}");
+            ClientError::AllDatanodesBad { nodes, last, .. } => {
+                assert_eq!(nodes.len(), 1);
+                assert!(nodes[0].contains("dn1"), "{nodes:?}");
+                assert!(last.contains("no ack"), "{last}");
             }
             other => panic!("unexpected {other:?}"),
         }

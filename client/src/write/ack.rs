@@ -4,7 +4,7 @@
 //! Plain logic: [`AckQueue::on_ack`] takes one [`PipelineAck`] and says what it means — a packet
 //! acknowledged by every DataNode, a heartbeat, or a failure naming the DataNode to blame (the
 //! index of the first non-`SUCCESS` reply). Pipeline recovery re-sends [`AckQueue::drain`]'s
-//! packets on a rebuilt pipeline.
+//! packets on a rebuilt pipeline, whose queue [`AckQueue::resume`]s the block's progress.
 
 use super::packet::OutPacket;
 use sluice_common::proto::{PipelineAck, HEARTBEAT_SEQNO};
@@ -52,16 +52,30 @@ pub(crate) struct AckQueue {
     queue: VecDeque<InFlight>,
     heartbeats: usize,
     acked_len: u64,
+    /// Packets of the block acknowledged so far, across rebuilt pipelines (recovery progress).
+    acked_packets: u64,
 }
 
 impl AckQueue {
     /// An empty queue; `acked_len` is the block length already acknowledged.
     pub(crate) fn new(acked_len: u64) -> AckQueue {
+        AckQueue::resume(acked_len, 0)
+    }
+
+    /// An empty queue for a rebuilt pipeline: `acked_len` bytes and `acked_packets` packets of
+    /// the block were acknowledged before.
+    pub(crate) fn resume(acked_len: u64, acked_packets: u64) -> AckQueue {
         AckQueue {
             queue: VecDeque::new(),
             heartbeats: 0,
             acked_len,
+            acked_packets,
         }
+    }
+
+    /// Packets of the block acknowledged so far.
+    pub(crate) fn acked_packets(&self) -> u64 {
+        self.acked_packets
     }
 
     /// Records a packet just sent.
@@ -96,7 +110,6 @@ impl AckQueue {
     }
 
     /// Takes every unacknowledged packet, oldest first, for re-sending (pipeline recovery).
-    #[allow(dead_code)] // used by pipeline recovery
     pub(crate) fn drain(&mut self) -> Vec<InFlight> {
         self.heartbeats = 0;
         self.queue.drain(..).collect()
@@ -152,6 +165,7 @@ impl AckQueue {
         })?;
         let end = done.packet.end_offset();
         self.acked_len = self.acked_len.max(end);
+        self.acked_packets += 1;
         Ok(AckOutcome::Acked {
             seqno: ack.seqno,
             acked_len: self.acked_len,
@@ -200,6 +214,7 @@ mod tests {
         q.on_ack(&ack(1, &OK3), 3).unwrap();
         assert!(q.is_empty());
         assert_eq!(q.acked_len(), 1124);
+        assert_eq!(q.acked_packets(), 2, "heartbeats are not progress");
     }
 
     #[test]

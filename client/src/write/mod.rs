@@ -5,14 +5,22 @@
 //! - [`ack`]: the ack queue (plain logic).
 //! - [`pipeline`]: one pipeline's connection and state.
 //! - [`streamer`]: the task that allocates blocks, sends packets and reads acks.
+//! - [`recovery`]: rebuilding a failed pipeline (pipeline recovery).
+//! - [`replace`]: the replace-DataNode-on-failure policy and the recovery limit (plain logic).
+//! - [`metadata`]: the streamer's block calls to the metadata service.
+//! - [`shared`]: what the writer and its streamer share.
 //!
 //! Backpressure: each packet holds one permit of a semaphore of `write.max.packets.in.flight`
 //! permits from the moment the writer starts filling it until the whole pipeline acknowledges
 //! it, so `poll_write` returns `Pending` while the window is full.
 
 mod ack;
+mod metadata;
 mod packet;
 mod pipeline;
+mod recovery;
+mod replace;
+mod shared;
 mod streamer;
 
 use crate::error::ClientError;
@@ -20,12 +28,13 @@ use crate::filesystem::FsInner;
 use crate::lease::LeaseGuard;
 use packet::Packetizer;
 use sluice_common::rpc::FileStatus;
+use sluice_common::DatanodeId;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use streamer::{Command, FlushPoint, Streamer, WriterShared};
+use streamer::{Command, FileParams, FlushPoint, Streamer, WriterShared};
 use tokio::io::AsyncWrite;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::PollSemaphore;
@@ -106,7 +115,16 @@ impl FileWriter {
             cfg.write_max_packets_in_flight as usize,
         ));
         let (tx, rx) = mpsc::unbounded_channel();
-        let streamer = Streamer::new(Arc::clone(&fs), path.clone(), rx, Arc::clone(&shared));
+        let params = FileParams {
+            replication: status.replication,
+        };
+        let streamer = Streamer::new(
+            Arc::clone(&fs),
+            path.clone(),
+            params,
+            rx,
+            Arc::clone(&shared),
+        );
         let task = AbortOnDropHandle::new(tokio::spawn(streamer.run()));
         let lease = fs.leases.acquire(Arc::downgrade(&fs));
         Ok(FileWriter {
@@ -133,6 +151,24 @@ impl FileWriter {
     /// Bytes accepted by `write` so far.
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written
+    }
+
+    /// Bytes of the file acknowledged by every DataNode of their pipelines so far. It never
+    /// shrinks: pipeline recovery continues from it, and a failed write claims nothing past
+    /// it.
+    pub fn bytes_acked(&self) -> u64 {
+        self.shared.acked()
+    }
+
+    /// The DataNodes of the current block's pipeline, in order (empty between blocks). After a
+    /// pipeline recovery it is the rebuilt pipeline (HDFS `DFSOutputStream.getPipeline`).
+    pub fn pipeline(&self) -> Vec<DatanodeId> {
+        self.shared.pipeline()
+    }
+
+    /// Pipeline recoveries this writer went through.
+    pub fn pipeline_recoveries(&self) -> u64 {
+        self.shared.recoveries()
     }
 
     /// Sends everything written so far, including a partial chunk, and waits until every

@@ -8,7 +8,7 @@ use crate::connection::{send_frame, DnConnection, DnSettings, FrameReader, Frame
 use crate::error::ClientError;
 use sluice_common::proto::{BlockStage, Message, Op, WriteBlockOp};
 use sluice_common::rpc::LocatedBlock;
-use sluice_common::{DatanodeId, ExtendedBlock, NodeId};
+use sluice_common::{DatanodeId, ExtendedBlock, GenerationStamp};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -39,11 +39,59 @@ pub(crate) struct Pipeline {
     pub bytes_sent: u64,
     /// No data was sent since the last packet with `sync`.
     pub synced: bool,
+    /// The block's last packet was sent.
+    pub last_sent: bool,
     /// When a packet (or heartbeat) was last sent.
     pub last_send: Instant,
     /// When an ack last arrived (or acks started to be awaited).
     pub last_ack_progress: Instant,
     settings: DnSettings,
+}
+
+/// What a pipeline is set up for: the DataNodes in order, the block as they hold it, the stage
+/// and the generation stamp the replicas take.
+#[derive(Debug, Clone)]
+pub(crate) struct Setup<'a> {
+    /// The DataNodes, in pipeline order.
+    pub nodes: &'a [DatanodeId],
+    /// The block as the DataNodes hold it: for `Create` the new generation stamp and 0 bytes;
+    /// for recovery the old generation stamp and the bytes acknowledged to the writer.
+    pub block: ExtendedBlock,
+    /// Why.
+    pub stage: BlockStage,
+    /// The generation stamp of the replicas once set up.
+    pub latest_gen_stamp: GenerationStamp,
+    /// The writer's client name.
+    pub client_name: &'a str,
+    /// Bytes per checksum chunk.
+    pub bpc: u32,
+}
+
+impl Setup<'_> {
+    fn op(&self) -> WriteBlockOp {
+        WriteBlockOp {
+            block: self.block,
+            stage: self.stage,
+            targets: self.nodes.get(1..).unwrap_or_default().to_vec(),
+            client_name: self.client_name.to_string(),
+            bytes_per_checksum: self.bpc,
+            latest_gen_stamp: self.latest_gen_stamp,
+        }
+    }
+
+    /// Connects to the first DataNode, sends the op and waits for the whole pipeline's answer.
+    pub(crate) async fn connect(&self, settings: DnSettings) -> Result<DnConnection, SetupFailure> {
+        let Some(first) = self.nodes.first() else {
+            return Err(SetupFailure {
+                bad: None,
+                error: ClientError::protocol(
+                    "metadata service",
+                    format!("no DataNode to write {} to", self.block.id),
+                ),
+            });
+        };
+        set_up(first, self.op(), self.nodes, settings).await
+    }
 }
 
 impl Pipeline {
@@ -55,35 +103,38 @@ impl Pipeline {
         bpc: u32,
         settings: DnSettings,
     ) -> Result<Pipeline, SetupFailure> {
-        let Some(first) = lb.locations.first() else {
-            return Err(SetupFailure {
-                bad: None,
-                error: ClientError::protocol(
-                    "metadata service",
-                    format!("add_block returned {} with no DataNode", lb.block.id),
-                ),
-            });
-        };
-        let op = WriteBlockOp {
+        let setup = Setup {
+            nodes: &lb.locations,
             block: ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0),
             stage: BlockStage::Create,
-            targets: lb.locations[1..].to_vec(),
-            client_name: client_name.to_string(),
-            bytes_per_checksum: bpc,
             latest_gen_stamp: lb.block.gen_stamp,
+            client_name,
+            bpc,
         };
-        let conn = set_up(first, op, &lb.locations, settings).await?;
+        Pipeline::open(&setup, settings).await
+    }
+
+    /// Sets up a pipeline that takes packets (`Create` or `StreamingRecovery`); its block is
+    /// `setup.block` under the latest generation stamp, acknowledged up to `setup.block`'s
+    /// length.
+    pub(crate) async fn open(
+        setup: &Setup<'_>,
+        settings: DnSettings,
+    ) -> Result<Pipeline, SetupFailure> {
+        let conn = setup.connect(settings).await?;
         let (reader, writer) = conn.split();
         let now = Instant::now();
+        let acked = setup.block.num_bytes;
         Ok(Pipeline {
-            block: ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0),
-            nodes: lb.locations.clone(),
+            block: ExtendedBlock::new(setup.block.id, setup.latest_gen_stamp, acked),
+            nodes: setup.nodes.to_vec(),
             reader,
             writer,
-            acks: AckQueue::new(0),
+            acks: AckQueue::new(acked),
             next_seqno: 0,
-            bytes_sent: 0,
+            bytes_sent: acked,
             synced: true,
+            last_sent: false,
             last_send: now,
             last_ack_progress: now,
             settings,
@@ -98,12 +149,6 @@ impl Pipeline {
             .unwrap_or_else(|| format!("#{index} (unknown)"))
     }
 
-    /// The ids of the pipeline's DataNodes.
-    #[allow(dead_code)] // used by pipeline recovery
-    pub(crate) fn node_ids(&self) -> Vec<NodeId> {
-        self.nodes.iter().map(|d| d.node_id.clone()).collect()
-    }
-
     /// Sends a packet with the next seqno and keeps it in the ack queue. A failed send blames
     /// the first DataNode.
     pub(crate) async fn send(
@@ -113,7 +158,9 @@ impl Pipeline {
     ) -> Result<(), AckFailure> {
         packet.header.seqno = self.next_seqno;
         self.next_seqno += 1;
-        if !packet.header.last {
+        if packet.header.last {
+            self.last_sent = true;
+        } else {
             self.bytes_sent = self.bytes_sent.max(packet.end_offset());
             self.synced = packet.header.sync;
         }
@@ -123,6 +170,12 @@ impl Pipeline {
         }
         self.acks.push(packet, permit);
         self.write_frame(frame).await
+    }
+
+    /// Queues a packet without sending it: when re-sending fails part way, the packets not yet
+    /// re-sent stay in the ack queue, in order, for the next recovery.
+    pub(crate) fn requeue(&mut self, packet: OutPacket, permit: Option<OwnedSemaphorePermit>) {
+        self.acks.push(packet, permit);
     }
 
     /// Sends a heartbeat packet.

@@ -26,8 +26,10 @@ pub struct DnState {
     pub visible: HashMap<u64, u64>,
     /// Flip a byte in data served to readers (after computing checksums).
     pub corrupt_reads: bool,
-    /// Answer the ack of this seqno with `status` at pipeline position `index`.
+    /// Answer the ack of this seqno with `status` at pipeline position `index` (once).
     pub fail_ack: Option<(i64, usize, Status)>,
+    /// The stage of every WriteBlock received.
+    pub stages: Vec<BlockStage>,
     /// Refuse WriteBlock set-up with this status and first_bad_link.
     pub refuse_setup: Option<(Status, Option<String>)>,
     /// Close the next ReadBlock connection after this many chunks (once).
@@ -152,10 +154,18 @@ async fn write_block(mut conn: Conn, st: Arc<Mutex<DnState>>, w: WriteBlockOp) -
         conn.send(Frame::new(Message::OpResponse(r))).await.ok()?;
         return Some(());
     }
-    st.lock().unwrap().blocks.insert(w.block.id.0, Vec::new());
+    if !prepare(&st, &w) {
+        conn.send(resp(Status::ErrorInvalid, "cannot recover"))
+            .await
+            .ok()?;
+        return Some(());
+    }
     conn.send(Frame::new(Message::OpResponse(OpResponse::ok())))
         .await
         .ok()?;
+    if w.stage == BlockStage::CloseRecovery {
+        return Some(()); // finalized during set-up; no packets follow
+    }
     let pipeline = 1 + w.targets.len();
     let mut expected_seqno = 0i64;
     while let Some(Ok(frame)) = conn.next().await {
@@ -174,6 +184,7 @@ async fn write_block(mut conn: Conn, st: Arc<Mutex<DnState>>, w: WriteBlockOp) -
         if let Some((seq, idx, status)) = fail {
             if seq == h.seqno && idx < pipeline {
                 replies[idx] = status;
+                st.lock().unwrap().fail_ack = None;
             }
         }
         let ack = PipelineAck {
@@ -183,6 +194,33 @@ async fn write_block(mut conn: Conn, st: Arc<Mutex<DnState>>, w: WriteBlockOp) -
         conn.send(Frame::new(Message::Ack(ack))).await.ok()?;
     }
     Some(())
+}
+
+/// Prepares the replica for the op's stage (the fake holds one copy for the whole pipeline):
+/// a new one for `Create`; truncated to the acknowledged length for the recovery stages, and
+/// finalized for `CloseRecovery`. False when there is nothing to recover.
+fn prepare(st: &Mutex<DnState>, w: &WriteBlockOp) -> bool {
+    let mut s = st.lock().unwrap();
+    s.stages.push(w.stage);
+    let id = w.block.id.0;
+    match w.stage {
+        BlockStage::StreamingRecovery | BlockStage::CloseRecovery => {
+            let Some(held) = s.blocks.get_mut(&id) else {
+                return false;
+            };
+            if (held.len() as u64) < w.block.num_bytes {
+                return false;
+            }
+            held.truncate(w.block.num_bytes as usize);
+            if w.stage == BlockStage::CloseRecovery {
+                s.finalized.push(id);
+            }
+        }
+        _ => {
+            s.blocks.insert(id, Vec::new());
+        }
+    }
+    true
 }
 
 /// Checks and applies one packet; returns this node's status.

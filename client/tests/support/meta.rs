@@ -39,6 +39,12 @@ pub struct MetaState {
     pub fsyncs: Vec<u64>,
     pub bad_reports: Vec<BadReplica>,
     pub default_block_size: u64,
+    /// `update_block_for_pipeline` answers UnknownBlock (recovery refused).
+    pub refuse_recovery: bool,
+    /// Generation stamps handed out by `update_block_for_pipeline`.
+    pub gen_stamp_requests: u64,
+    /// `update_pipeline` calls: old block, new block, DataNodes.
+    pub pipeline_updates: Vec<(ExtendedBlock, ExtendedBlock, Vec<NodeId>)>,
 }
 
 #[derive(Clone)]
@@ -272,17 +278,29 @@ impl ClientProtocol for FakeMeta {
         block: ExtendedBlock,
         _client: String,
     ) -> Result<LocatedBlock, MetaError> {
-        Err(MetaError::UnknownBlock { block: block.id })
+        let mut st = self.st();
+        if st.refuse_recovery {
+            return Err(MetaError::UnknownBlock { block: block.id });
+        }
+        st.gen_stamp_requests += 1;
+        let gs = GenerationStamp(block.gen_stamp.0 + st.gen_stamp_requests);
+        Ok(LocatedBlock {
+            block: ExtendedBlock::new(block.id, gs, block.num_bytes),
+            offset: 0,
+            locations: st.datanodes.clone(),
+            corrupt: false,
+        })
     }
 
     async fn update_pipeline(
         self,
         _: Context,
         _client: String,
-        _old: ExtendedBlock,
-        _new: ExtendedBlock,
-        _nodes: Vec<NodeId>,
+        old: ExtendedBlock,
+        new: ExtendedBlock,
+        nodes: Vec<NodeId>,
     ) -> Result<(), MetaError> {
+        self.st().pipeline_updates.push((old, new, nodes));
         Ok(())
     }
 
