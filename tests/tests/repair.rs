@@ -570,3 +570,104 @@ async fn recovery_goes_on_without_a_dead_location_or_primary() {
     })
     .await
 }
+
+/// Re-replication throughput after a death at several `max-streams`, the block scanner's
+/// rate, and how long lease recovery takes after the hard limit. Figures in docs/recovery.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: cargo test -p sluice-tests --release --test repair -- --ignored --nocapture"]
+async fn measure_repair() {
+    for streams in [1u32, 2, 4] {
+        measure_re_replication(streams).await;
+    }
+    measure_scanner().await;
+    measure_lease_recovery().await;
+}
+
+const MIB: usize = 1024 * 1024;
+
+async fn measure_re_replication(streams: u32) {
+    let mut cluster = builder(5)
+        .block_size(MIB as u64)
+        .configure_metadata(move |m| m.replication_max_streams = streams)
+        .start()
+        .await
+        .unwrap();
+    let fs = cluster.client().await.unwrap();
+    let data = random_bytes(48 * MIB, 8);
+    write_all(&fs, "/m/f", &data, opts(), MIB).await.unwrap();
+    let victim = cluster.datanode(0).unwrap().node_id().clone();
+    let located = fs.get_block_locations("/m/f").await.unwrap();
+    let lost = located
+        .blocks
+        .iter()
+        .filter(|lb| lb.locations.iter().any(|d| d.node_id == victim))
+        .count();
+    cluster.kill_datanode(0);
+    wait_dead(&fs, 1).await;
+    let t0 = std::time::Instant::now();
+    wait_health(&fs, "/m/f", Health::Healthy).await;
+    let took = t0.elapsed().as_secs_f64();
+    let peak = (1..5)
+        .map(|i| {
+            let m = cluster.datanode(i).unwrap().metrics();
+            m.replication_transfers_peak.get()
+        })
+        .max()
+        .unwrap();
+    eprintln!(
+        "max-streams {streams}: {lost} blocks of 1 MiB re-replicated in {took:.2} s ({:.1} MiB/s), peak {peak} copies on one DataNode",
+        lost as f64 / took
+    );
+    cluster.shutdown().await;
+}
+
+async fn measure_scanner() {
+    let cluster = builder(3)
+        .block_size(MIB as u64)
+        .configure_datanodes(|_, c| {
+            c.block_scanner_interval = HumanDuration::secs(2);
+            c.block_scanner_bytes_per_second = ByteSize::mib(8);
+        })
+        .start()
+        .await
+        .unwrap();
+    let fs = cluster.client().await.unwrap();
+    let total = 32 * MIB as u64;
+    write_all(&fs, "/m/s", &random_bytes(total as usize, 10), opts(), MIB)
+        .await
+        .unwrap();
+    let m = cluster.datanode(0).unwrap().metrics();
+    wait_until(WAIT, "the scanner starts a pass", || async {
+        m.scanner_bytes_verified.get() > 0
+    })
+    .await;
+    let (t0, b0) = (std::time::Instant::now(), m.scanner_bytes_verified.get());
+    wait_until(WAIT, "the scanner verifies everything", || async {
+        m.scanner_bytes_verified.get() >= total
+    })
+    .await;
+    let rate = (m.scanner_bytes_verified.get() - b0) as f64 / t0.elapsed().as_secs_f64();
+    eprintln!(
+        "block scanner: {:.2} MiB/s verified with block.scanner.bytes.per.second = 8MiB",
+        rate / MIB as f64
+    );
+    cluster.shutdown().await;
+}
+
+async fn measure_lease_recovery() {
+    let cluster = lease_builder(5, 2).start().await.unwrap();
+    let gone = client_renewing(&cluster, Duration::from_secs(3600)).await;
+    let t0 = std::time::Instant::now();
+    let mut w = gone.create("/m/lease", opts()).await.unwrap();
+    w.write_all(&random_bytes(3 * BLOCK as usize / 2, 9))
+        .await
+        .unwrap();
+    w.hflush().await.unwrap();
+    let fs = cluster.client().await.unwrap();
+    wait_closed(&fs, "/m/lease").await;
+    eprintln!(
+        "lease recovery: file closed {:.2} s after its create, the last lease renewal (hard limit 2 s)",
+        t0.elapsed().as_secs_f64()
+    );
+    cluster.shutdown().await;
+}

@@ -280,10 +280,7 @@ impl TransferSlot {
     fn take(metrics: &std::sync::Arc<crate::metrics::Metrics>) -> Self {
         metrics.replication_transfers_active.inc();
         let now = metrics.replication_transfers_active.get();
-        // Only the heartbeat task raises the peak, so this read-then-raise does not race.
-        while metrics.replication_transfers_peak.get() < now {
-            metrics.replication_transfers_peak.inc();
-        }
+        metrics.replication_transfers_peak.raise_to(now);
         TransferSlot(metrics.clone())
     }
 }
