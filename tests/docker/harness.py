@@ -216,23 +216,35 @@ class Cluster:
                 f"{remote}: read {len(got)} bytes sha {sha(got)}, wrote {len(data)} sha {sha(data)}"
             )
 
-    def wait_replicated(self, path, replicas=3, timeout=120):
+    def wait_replicated(self, path, replicas=3, timeout=120, without=None):
         """Waits until fsck says HEALTHY and every block of every file under `path` has exactly
-        `replicas` live replicas; returns the report."""
+        `replicas` live replicas, none on the DataNode whose node id is `without` (a node that
+        was taken away: its replicas must have been copied elsewhere); returns the report."""
 
         def done():
             r = self.fsck(path)
             blocks = [b for f in r["files"] for b in f["blocks"]]
             counts = sorted({len(b["locations"]) for b in blocks})
-            self._last_fsck = (r["health"], counts)
-            ok = r["health"] == "Healthy" and counts == [replicas]
+            on_gone = sum(1 for b in blocks for d in b["locations"] if d["node_id"] == without)
+            self._last_fsck = (r["health"], counts, on_gone)
+            ok = r["health"] == "Healthy" and counts == [replicas] and on_gone == 0
             return r if ok else None
 
+        what = f"{path} HEALTHY with {replicas} replicas" + (f", none on {without}" if without else "")
         try:
-            return wait_for(f"{path} HEALTHY with {replicas} replicas", done, timeout, 1)
+            return wait_for(what, done, timeout, 1)
         except Failed as e:
-            health, counts = getattr(self, "_last_fsck", ("?", []))
-            raise Failed(f"{e}; last fsck: {health}, replica counts {counts}") from None
+            health, counts, on_gone = getattr(self, "_last_fsck", ("?", [], 0))
+            raise Failed(f"{e}; last fsck: {health}, replica counts {counts}, "
+                         f"{on_gone} replicas still on {without}") from None
+
+    def node_state(self, node_id):
+        """The metadata service's view of a DataNode (`Live`, `Stale`, `Dead`), or None."""
+        report = json.loads(self.sluice("report", "--json", timeout=30).stdout)
+        for d in report["datanodes"]:
+            if d["id"]["node_id"] == node_id:
+                return d["state"]
+        return None
 
 
 class StreamingPut:
@@ -265,14 +277,15 @@ class StreamingPut:
         self.proc.stdin.flush()
 
     def pipeline(self, min_blocks=2, timeout=60):
-        """The pipeline of the block being written (from fsck of the open file), in order."""
+        """The pipeline of the block being written (from fsck of the open file), in order, as
+        DatanodeId documents (`node_id`, `data_addr`, ...)."""
 
         def last_block():
             r = self.cluster.fsck(self.parent)
             for f in r["files"]:
                 if f["under_construction"] and f["path"].startswith(self.remote):
                     if len(f["blocks"]) >= min_blocks and len(f["blocks"][-1]["locations"]) == 3:
-                        return [d["data_addr"] for d in f["blocks"][-1]["locations"]]
+                        return f["blocks"][-1]["locations"]
             return None
 
         return wait_for(f"the pipeline of block {min_blocks} of {self.remote}", last_block, timeout)

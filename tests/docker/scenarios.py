@@ -70,11 +70,13 @@ def s1_put_get(c, manifest):
 
 
 class Fault:
-    """The DataNode a scenario injected its fault into (`victim`), so that its clean-up knows
-    which container to restore even when the scenario fails half-way."""
+    """The DataNode a scenario injected its fault into (`victim`, the service, and `node`, its
+    node id), so that its clean-up knows which container to restore even when the scenario
+    fails half-way."""
 
     def __init__(self):
         self.victim = None
+        self.node = None
 
 
 def _fault_during_put(c, remote, position, inject, what, fault):
@@ -85,12 +87,14 @@ def _fault_during_put(c, remote, position, inject, what, fault):
     try:
         put.feed(BLOCK + MiB)
         pipeline = put.pipeline(min_blocks=2)
-        victim = c.service_at(pipeline[position])
+        target = pipeline[position]
+        victim = c.service_at(target["data_addr"])
         put.feed_rest_in_background(pace=0.1)
         put.wait_fed(BLOCK + 2 * MiB)
-        say(f"    {what} {victim} ({pipeline[position]}, #{position + 1} of "
-            f"{' -> '.join(pipeline)}) with {put.sent / MiB:.0f} MiB fed")
-        fault.victim = victim
+        say(f"    {what} {victim} ({target['node_id']} at {target['data_addr']}, #{position + 1} "
+            f"of {' -> '.join(d['data_addr'] for d in pipeline)}) with {put.sent / MiB:.0f} MiB "
+            f"fed")
+        fault.victim, fault.node = victim, target["node_id"]
         inject(victim)
         rc, err, secs = put.finish(timeout=240)
     except BaseException:
@@ -114,9 +118,11 @@ def s2_kill_first(c, manifest):
         manifest.add("/s2/big", data)
         checked.append("read back byte-exact")
         t = time.monotonic()
-        c.wait_replicated("/s2/big", 3, timeout=150)
-        checked.append(f"fsck HEALTHY with 3 live replicas per block {time.monotonic() - t:.0f}s "
-                       f"later (re-replication; {fault.victim} still down)")
+        c.wait_replicated("/s2/big", 3, timeout=150, without=fault.node)
+        state = c.node_state(fault.node)
+        checked.append(f"fsck HEALTHY with 3 live replicas per block, none on {fault.victim}, "
+                       f"{time.monotonic() - t:.0f}s later (re-replication; {fault.victim} "
+                       f"{state})")
         return checked
     finally:
         if fault.victim:
@@ -142,14 +148,12 @@ def s3_pause_middle(c, manifest):
 
 
 def _replica_balance(c):
-    """(finalized replicas on all DataNodes, 3 x blocks in the namespace)."""
+    """(replicas on all DataNodes' disks in any state, 3 x blocks in the namespace). With no
+    write under way they are equal once every excess or stale replica has been deleted."""
     r = c.fsck("/")
     blocks = sum(len(f["blocks"]) for f in r["files"])
-    finalized = 0
-    for s in DATANODES:
-        counts = c.dn_status(s)["replicas"]
-        finalized += sum(v for k, v in counts.items() if k.lower() == "finalized")
-    return finalized, 3 * blocks
+    on_disk = sum(sum(c.dn_status(s)["replicas"].values()) for s in DATANODES)
+    return on_disk, 3 * blocks
 
 
 def s4_disconnect(c, manifest):
@@ -169,28 +173,35 @@ def s4_disconnect(c, manifest):
         c.check_exact("/s4/big", data)
         manifest.add("/s4/big", data)
         checked.append("read back byte-exact while cut off")
-        c.wait_replicated("/s4/big", 3, timeout=150)
-        checked.append(f"re-replicated to 3 live replicas while {victim} was away")
+        t = time.monotonic()
+        c.wait_replicated("/s4/big", 3, timeout=150, without=fault.node)
+        checked.append(f"re-replicated to 3 live replicas, none on {victim}, "
+                       f"{time.monotonic() - t:.0f}s after the put, while {victim} was away "
+                       f"({c.node_state(fault.node)})")
         c.docker("network", "connect", c.network, cut["cid"])
         now = c.ip(victim)
         if now != ip:
             raise Failed(f"{victim} came back with IP {now}, not {ip}: its registration is stale")
         c.wait_healthy([victim], timeout=90)
-        checked.append(f"{victim} reconnected with its IP {ip} and registered again")
+        wait_for(f"{victim} Live again", lambda: c.node_state(fault.node) == "Live", 60)
+        checked.append(f"{victim} reconnected with its IP {ip}, registered and Live again")
         c.wait_replicated("/s4/big", 3, timeout=90)
 
         def balanced():
             have, want = _replica_balance(c)
             cut["balance"] = (have, want)
+            cut.setdefault("first", have)
             return have == want
 
         try:
-            wait_for("finalized replicas on the DataNodes == 3 x blocks", balanced, 120, 1)
+            wait_for("replicas on the DataNodes == 3 x blocks", balanced, 120, 1)
         except Failed as e:
-            raise Failed(f"{e}; finalized, expected: {cut.get('balance', '?')}") from None
+            states = {s: c.dn_status(s)["replicas"] for s in DATANODES}
+            raise Failed(f"{e}; on disk, expected: {cut.get('balance', '?')}; {states}") from None
         have, want = cut["balance"]
-        checked.append(f"excess replicas cleaned up: {have} finalized replicas on the DataNodes "
-                       f"= 3 x {want // 3} blocks in the namespace; fsck 3 per block")
+        checked.append(f"no excess replicas: on the DataNodes' disks {cut['first']} replicas at "
+                       f"the first look after the reconnect, then {have} = 3 x {want // 3} blocks "
+                       f"in the namespace; fsck 3 per block")
         c.check_exact("/s4/big", data)
         checked.append("read back byte-exact after the reconnect")
         return checked
