@@ -230,7 +230,9 @@ class Cluster:
             ok = r["health"] == "Healthy" and counts == [replicas] and on_gone == 0
             return r if ok else None
 
-        what = f"{path} HEALTHY with {replicas} replicas" + (f", none on {without}" if without else "")
+        what = f"{path} HEALTHY with {replicas} replicas"
+        if without:
+            what += f", none on {without}"
         try:
             return wait_for(what, done, timeout, 1)
         except Failed as e:
