@@ -2,8 +2,10 @@
 //! `PendingReconstructionBlocks` and each DataNode's replication queue):
 //!
 //! - **needed**: blocks with fewer good replicas (plus copies in flight) than their factor,
-//!   ordered by how many good replicas they have — fewest first, so a block down to one copy is
-//!   repaired before one down to two;
+//!   by priority level — how many good replicas they have, fewest first, so a block down to one
+//!   copy is repaired before one down to two. Within a level a bookmark rotates (HDFS's
+//!   `LowRedundancyBlocks` bookmarks), so blocks that cannot be repaired yet (no free source, no
+//!   eligible target) do not keep the others of their level waiting;
 //! - **pending**: copies scheduled and not yet reported by their target, with the time they
 //!   were scheduled (or handed to their source); a copy that does not arrive within
 //!   `replication.pending.timeout` is dropped and its block looked at again;
@@ -14,6 +16,7 @@
 
 use sluice_common::{BlockId, DatanodeId, ExtendedBlock, NodeId};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::time::{Duration, Instant};
 
 /// One copy to make: `block` from the DataNode whose queue holds it to `targets`.
@@ -38,6 +41,7 @@ struct PendingCopy {
 pub struct ReplicationQueues {
     needed: BTreeSet<(usize, BlockId)>,
     needed_at: HashMap<BlockId, usize>,
+    bookmarks: HashMap<usize, BlockId>,
     pending: HashMap<BlockId, Vec<PendingCopy>>,
     work: HashMap<NodeId, VecDeque<TransferWork>>,
 }
@@ -59,9 +63,43 @@ impl ReplicationQueues {
         }
     }
 
-    /// Up to `n` blocks needing replicas, fewest good replicas first.
-    pub fn needed_first(&self, n: usize) -> Vec<BlockId> {
-        self.needed.iter().take(n).map(|(_, id)| *id).collect()
+    /// Up to `n` blocks needing replicas, fewest good replicas first; within a level, from
+    /// after the block the previous call stopped at, wrapping around.
+    pub fn next_needed(&mut self, n: usize) -> Vec<BlockId> {
+        let mut out = Vec::new();
+        let mut level = self.needed.first().map(|(l, _)| *l);
+        while let Some(l) = level {
+            if out.len() >= n {
+                break;
+            }
+            let lo = (l, BlockId(0));
+            let hi = (l + 1, BlockId(0));
+            let ids: Vec<BlockId> = match self.bookmarks.get(&l).copied() {
+                Some(m) => self
+                    .needed
+                    .range((Excluded((l, m)), Excluded(hi)))
+                    .chain(self.needed.range((Included(lo), Included((l, m)))))
+                    .map(|(_, id)| *id)
+                    .take(n - out.len())
+                    .collect(),
+                None => self
+                    .needed
+                    .range((Included(lo), Excluded(hi)))
+                    .map(|(_, id)| *id)
+                    .take(n - out.len())
+                    .collect(),
+            };
+            if let Some(last) = ids.last() {
+                self.bookmarks.insert(l, *last);
+            }
+            out.extend(ids);
+            level = self
+                .needed
+                .range((Included(hi), Unbounded))
+                .next()
+                .map(|(l, _)| *l);
+        }
+        out
     }
 
     /// Blocks needing replicas.
@@ -227,11 +265,26 @@ mod tests {
         q.set_needed(BlockId(1), Some(2));
         q.set_needed(BlockId(2), Some(1));
         q.set_needed(BlockId(3), Some(2));
-        assert_eq!(q.needed_first(10), vec![BlockId(2), BlockId(1), BlockId(3)]);
+        assert_eq!(q.next_needed(10), vec![BlockId(2), BlockId(1), BlockId(3)]);
         q.set_needed(BlockId(3), Some(0));
         q.set_needed(BlockId(2), None);
-        assert_eq!(q.needed_first(1), vec![BlockId(3)]);
+        assert_eq!(q.next_needed(1), vec![BlockId(3)]);
         assert_eq!(q.needed_len(), 2);
+    }
+
+    #[test]
+    fn a_level_rotates_so_stuck_blocks_do_not_starve_the_others() {
+        let mut q = ReplicationQueues::new();
+        for id in 1..=5 {
+            q.set_needed(BlockId(id), Some(2));
+        }
+        q.set_needed(BlockId(9), Some(1));
+        assert_eq!(q.next_needed(3), vec![BlockId(9), BlockId(1), BlockId(2)]);
+        assert_eq!(q.next_needed(3), vec![BlockId(9), BlockId(3), BlockId(4)]);
+        assert_eq!(q.next_needed(3), vec![BlockId(9), BlockId(5), BlockId(1)]);
+        // A block of a higher priority is taken first whatever the bookmarks say.
+        q.set_needed(BlockId(7), Some(0));
+        assert_eq!(q.next_needed(2), vec![BlockId(7), BlockId(9)]);
     }
 
     #[test]

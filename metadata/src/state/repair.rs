@@ -9,7 +9,7 @@
 //! - a block needs copies while good replicas + copies in flight < its replication factor and
 //!   it has at least one good replica (none: it is missing, nothing to copy from);
 //! - a pass examines at most `replication.work-multiplier` × live DataNodes blocks, fewest
-//!   good replicas first; a source DataNode is given a copy only while fewer than
+//!   good replicas first (rotating within a level); a source DataNode is given a copy only while fewer than
 //!   `replication.max-streams` wait in its queue, and a heartbeat hands out at most
 //!   `max-streams` minus the copies the DataNode says it is running;
 //! - excess good replicas are deleted (keep rack spread, then free the fullest DataNode),
@@ -143,7 +143,7 @@ impl State {
     fn schedule_replication(&mut self, now: Instant, actions: &mut Vec<MonitorAction>) {
         let live = self.nodes.counts().0 as usize;
         let budget = live * self.cfg.replication_work_multiplier as usize;
-        for id in self.replication.needed_first(budget) {
+        for id in self.replication.next_needed(budget) {
             match self.schedule_block(id, now) {
                 Ok(Some((source, targets))) => {
                     self.counters.replications_scheduled += targets.len() as u64;

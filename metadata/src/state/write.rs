@@ -74,6 +74,7 @@ impl State {
         for b in &f.blocks {
             self.blocks.remove(b.id);
             self.recoveries.finish(b.id);
+            self.replication.forget(b.id);
         }
         if let Some(w) = &f.writer {
             self.leases.remove(w, inode.id);
