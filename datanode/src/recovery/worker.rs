@@ -14,6 +14,7 @@ use super::serve;
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::wire;
+use crate::write::pipeline;
 use bytes::Bytes;
 use futures::future::join_all;
 use sluice_common::proto::{
@@ -22,7 +23,6 @@ use sluice_common::proto::{
 use sluice_common::rpc::{self, BlockSync, DatanodeProtocolClient, RecoveringBlock};
 use sluice_common::{DatanodeId, ExtendedBlock, NodeId, Status};
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// Deadline of the `commit_block_synchronization` call.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -186,14 +186,15 @@ async fn call(ctx: &Ctx, loc: &DatanodeId, op: Op) -> Result<ReplicaInfo> {
     }
 }
 
-/// Sends one op to `addr` and reads its `OpResponse`.
+/// Sends one op to `addr` (from `bind.host`, as every outbound data connection) and reads its
+/// `OpResponse`.
 async fn remote(ctx: &Ctx, addr: &str, op: Op) -> Result<OpResponse> {
     let t = ctx.socket_timeout();
     let down = |reason: String| DatanodeError::Downstream {
         addr: addr.to_string(),
         reason,
     };
-    let stream = tokio::time::timeout(t, TcpStream::connect(addr))
+    let stream = tokio::time::timeout(t, pipeline::dial(&ctx.cfg.bind_host, addr))
         .await
         .map_err(|_| down("connect timed out".into()))?
         .map_err(|e| down(format!("cannot connect: {e}")))?;
