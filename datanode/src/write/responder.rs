@@ -105,9 +105,13 @@ impl Responder {
             return vec![Status::Success];
         };
         let t = self.ctx.socket_timeout();
+        // An ack already received wins over a failed forward: the downstream may have acked
+        // (naming a node further down as bad) and closed before this node's next forward, and
+        // blaming the downstream for that would take the wrong DataNode out of the pipeline.
         let got = tokio::select! {
-            _ = self.downstream_lost.cancelled() => None,
+            biased;
             r = wire::recv(reader, t, "the downstream ack") => Some(r),
+            _ = self.downstream_lost.cancelled() => None,
         };
         match got {
             Some(Ok(Some(f))) => match f.header {
