@@ -1,5 +1,6 @@
 //! [`MiniCluster`]: a metadata service and DataNodes in one process, on real sockets and files.
 
+use crate::proxy::{self, DnProxy, LinkFaults};
 use anyhow::Context;
 use sluice_client::FileSystem;
 use sluice_common::config::{
@@ -31,6 +32,7 @@ pub struct MiniClusterBuilder {
     dn_hook: Option<DnHook>,
     meta_hook: Option<MetaHook>,
     client_hook: Option<ClientHook>,
+    link_proxies: bool,
 }
 
 impl Default for MiniClusterBuilder {
@@ -46,6 +48,7 @@ impl Default for MiniClusterBuilder {
             dn_hook: None,
             meta_hook: None,
             client_hook: None,
+            link_proxies: false,
         }
     }
 }
@@ -107,6 +110,15 @@ impl MiniClusterBuilder {
         self
     }
 
+    /// Puts a per-link TCP proxy in front of every DataNode so that tests can cut, stall, delay
+    /// or corrupt the traffic between the client and a DataNode or between two DataNodes (see
+    /// [`crate::proxy`] and [`MiniCluster::link_faults`]). DataNode `i` then binds
+    /// `127.0.0.<i+2>`. Default off.
+    pub fn link_proxies(mut self, on: bool) -> Self {
+        self.link_proxies = on;
+        self
+    }
+
     /// Starts the metadata service and the DataNodes and waits until every DataNode is live.
     pub async fn start(self) -> anyhow::Result<MiniCluster> {
         let dir = tempfile::Builder::new().prefix("sluice-mini-").tempdir()?;
@@ -127,19 +139,30 @@ impl MiniClusterBuilder {
         if let Some(hook) = &self.meta_hook {
             hook(&mut meta_cfg);
         }
+        let faults = self.link_proxies.then(LinkFaults::default);
         let mut cluster = MiniCluster {
             dir,
             builder: self,
             meta_cfg,
             metadata: None,
             datanodes: Vec::new(),
+            faults,
         };
         cluster.start_metadata().await?;
         // Pin the port so that restarts keep the address clients and DataNodes hold.
         cluster.meta_cfg.rpc_port = cluster.metadata_addr().port();
         for i in 0..cluster.builder.datanodes {
-            let cfg = cluster.datanode_config(i);
-            cluster.datanodes.push(DnSlot { cfg, node: None });
+            let mut cfg = cluster.datanode_config(i);
+            let proxy = match &cluster.faults {
+                Some(faults) => Some(put_behind_proxy(i, &mut cfg, faults).await?),
+                None => None,
+            };
+            cluster.datanodes.push(DnSlot {
+                cfg,
+                node: None,
+                proxy,
+                known_id: None,
+            });
             cluster.start_datanode(i).await?;
         }
         cluster.wait_live(cluster.builder.datanodes).await?;
@@ -155,6 +178,24 @@ struct MetaSlot {
 struct DnSlot {
     cfg: DatanodeConfig,
     node: Option<(DataNode, CancellationToken)>,
+    proxy: Option<DnProxy>,
+    /// The node id, once started (kept while stopped).
+    known_id: Option<sluice_common::NodeId>,
+}
+
+/// Starts DataNode `i`'s proxy and makes the DataNode bind its own address and advertise the
+/// proxy.
+async fn put_behind_proxy(
+    i: usize,
+    cfg: &mut DatanodeConfig,
+    faults: &LinkFaults,
+) -> anyhow::Result<DnProxy> {
+    let ip = proxy::datanode_ip(i)?;
+    let proxy = DnProxy::start(ip, i, faults.clone()).await?;
+    cfg.bind_host = ip.to_string();
+    cfg.advertised_host = ip.to_string();
+    cfg.advertised_port = proxy.addr().port();
+    Ok(proxy)
 }
 
 /// A running in-process cluster. See the module docs.
@@ -164,6 +205,7 @@ pub struct MiniCluster {
     meta_cfg: MetadataConfig,
     metadata: Option<MetaSlot>,
     datanodes: Vec<DnSlot>,
+    faults: Option<LinkFaults>,
 }
 
 impl MiniCluster {
@@ -234,6 +276,19 @@ impl MiniCluster {
                 .as_ref()
                 .is_some_and(|(n, _)| n.datanode_id().data_addr == addr)
         })
+    }
+
+    /// The per-link faults, when the cluster runs with
+    /// [`MiniClusterBuilder::link_proxies`].
+    pub fn link_faults(&self) -> Option<&LinkFaults> {
+        self.faults.as_ref()
+    }
+
+    /// Index of the DataNode with this node id (running or not).
+    pub fn datanode_index_by_id(&self, id: &sluice_common::NodeId) -> Option<usize> {
+        self.datanodes
+            .iter()
+            .position(|s| s.known_id.as_ref() == Some(id))
     }
 
     /// The volume directories of DataNode `i`.
@@ -324,6 +379,10 @@ impl MiniCluster {
             }
         };
         slot.cfg.port = node.data_addr().port();
+        if let Some(p) = &slot.proxy {
+            p.set_target(node.data_addr());
+        }
+        slot.known_id = Some(node.node_id().clone());
         slot.cfg.http_port = node.http_addr().port();
         slot.node = Some((node, token));
         Ok(())

@@ -15,6 +15,8 @@
 
 mod cluster;
 pub mod data;
+pub mod process;
+pub mod proxy;
 pub mod raw;
 pub mod wait;
 
