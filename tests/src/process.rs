@@ -125,6 +125,8 @@ impl Default for ProcessClusterBuilder {
                 env("SLUICE_METADATA__DATANODE__DEAD__INTERVAL", "10s"),
                 env("SLUICE_METADATA__MONITOR__INTERVAL", "200ms"),
                 env("SLUICE_METADATA__BLOCK__SIZE__MIN", "512"),
+                // A copy aimed at a DataNode that was just killed is retried after this.
+                env("SLUICE_METADATA__REPLICATION__PENDING__TIMEOUT", "3s"),
             ],
             datanode_env: vec![
                 env("SLUICE_DATANODE__HEARTBEAT__INTERVAL", "200ms"),
@@ -142,7 +144,8 @@ impl ProcessClusterBuilder {
     }
 
     /// Sets an environment variable of the metadata service (`SLUICE_METADATA__…`). Defaults:
-    /// stale 3 s, dead 10 s, monitor 200 ms, minimum block size 512 B.
+    /// stale 3 s, dead 10 s, monitor 200 ms, minimum block size 512 B, re-replication pending
+    /// timeout 3 s.
     pub fn metadata_env(mut self, key: &str, value: &str) -> Self {
         self.metadata_env.push((key.into(), value.into()));
         self
