@@ -2,20 +2,25 @@
 //! (`posix_fadvise(WILLNEED)` over the next `read.prefetch.bytes`), and, for reads longer than
 //! `read.ahead.cache.bytes.threshold`, drop the pages behind the reader
 //! (`posix_fadvise(DONTNEED)`) so that one streaming reader does not push hot data out of the
-//! page cache. Advice is issued in steps of at least a piece, never once per chunk.
+//! page cache.
 //!
-//! This is the hook the streaming-read work builds on; failures of advice are ignored (it is a
-//! hint, never a correctness matter).
+//! As HDFS's `ReadaheadPool` does, WILLNEED is issued in large steps — a new window once the
+//! reader has passed half of the last one — and off the reading thread (on the blocking pool),
+//! because the kernel allocates the pages and queues their reads inside the `posix_fadvise`
+//! call, and the reader should not wait for that. Drop-behind goes in steps of a piece, inline.
+//! Failures of advice are ignored: it is a hint, never a correctness matter.
 
 use crate::metrics::Metrics;
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
+use std::sync::Arc;
 
 /// Prefetch and drop-behind state of one streaming read.
 #[derive(Debug, Clone)]
 pub struct Prefetcher {
     window: u64,
-    step: u64,
+    advise_step: u64,
+    drop_step: u64,
     drop_behind: bool,
     advised_to: u64,
     dropped_to: u64,
@@ -23,12 +28,14 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// For a read of `[start, end)`: advise `window` bytes ahead (0: off) in steps of `step`;
-    /// drop pages behind when the read is longer than `drop_threshold`.
+    /// For a read of `[start, end)`: advise `window` bytes ahead (0: off) in steps of at least
+    /// `step` and half the window; drop pages behind in steps of `step` when the read is longer
+    /// than `drop_threshold`.
     pub fn new(start: u64, end: u64, window: u64, step: u64, drop_threshold: u64) -> Self {
         Prefetcher {
             window,
-            step: step.max(1),
+            advise_step: step.max(window / 2).max(1),
+            drop_step: step.max(1),
             drop_behind: end - start > drop_threshold,
             advised_to: start,
             dropped_to: start,
@@ -42,7 +49,8 @@ impl Prefetcher {
             return None;
         }
         let want = (pos + self.window).min(self.end);
-        if want <= self.advised_to || (want - self.advised_to < self.step && want < self.end) {
+        if want <= self.advised_to || (want - self.advised_to < self.advise_step && want < self.end)
+        {
             return None;
         }
         let from = self.advised_to.max(pos);
@@ -55,7 +63,7 @@ impl Prefetcher {
         if !self.drop_behind || pos <= self.dropped_to {
             return None;
         }
-        if pos - self.dropped_to < self.step && pos < self.end {
+        if pos - self.dropped_to < self.drop_step && pos < self.end {
             return None;
         }
         let from = self.dropped_to;
@@ -63,11 +71,19 @@ impl Prefetcher {
         Some((from, pos - from))
     }
 
-    /// Issues the advice due before reading at `pos`.
-    pub fn before_read(&mut self, file: &File, pos: u64, metrics: &Metrics) {
-        if let Some((off, len)) = self.ahead(pos) {
-            advise(file, off, len, libc::POSIX_FADV_WILLNEED);
-            metrics.prefetch_advised_bytes.add(len);
+    /// Issues the advice due before reading at `pos`: on the blocking pool when called inside
+    /// a tokio runtime (the reader does not wait for the kernel to queue the reads), else inline.
+    pub fn before_read(&mut self, file: &Arc<File>, pos: u64, metrics: &Metrics) {
+        let Some((off, len)) = self.ahead(pos) else {
+            return;
+        };
+        metrics.prefetch_advised_bytes.add(len);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let file = Arc::clone(file);
+                drop(rt.spawn_blocking(move || advise(&file, off, len, libc::POSIX_FADV_WILLNEED)));
+            }
+            Err(_) => advise(file, off, len, libc::POSIX_FADV_WILLNEED),
         }
     }
 
@@ -100,16 +116,27 @@ mod tests {
         let mb = 1 << 20;
         let mut p = Prefetcher::new(0, 10 * mb, 4 * mb, mb, 256 * 1024);
         assert_eq!(p.ahead(0), Some((0, 4 * mb)));
-        assert_eq!(p.ahead(mb / 2), None, "less than a step new");
-        assert_eq!(p.ahead(mb), Some((4 * mb, mb)));
+        assert_eq!(p.ahead(mb), None, "less than half a window new");
+        assert_eq!(
+            p.ahead(2 * mb),
+            Some((4 * mb, 2 * mb)),
+            "half a window at once"
+        );
         assert_eq!(
             p.ahead(9 * mb),
             Some((9 * mb, mb)),
             "from the reader on, clamped to the end"
         );
         assert_eq!(p.ahead(10 * mb), None);
-        assert_eq!(p.behind(mb), Some((0, mb)));
+        assert_eq!(p.behind(mb), Some((0, mb)), "drop-behind goes by piece");
         assert_eq!(p.behind(mb + 10), None);
+        let mut small = Prefetcher::new(0, 10 * mb, mb, mb, 0);
+        assert_eq!(small.ahead(0), Some((0, mb)));
+        assert_eq!(
+            small.ahead(mb),
+            Some((mb, mb)),
+            "never less than a piece per step"
+        );
         let mut short = Prefetcher::new(0, 1000, 0, 512, 256 * 1024);
         assert_eq!(short.ahead(0), None, "window 0 turns prefetch off");
         assert_eq!(short.behind(1000), None, "short reads keep their pages");

@@ -24,6 +24,7 @@ use crate::metrics::Metrics;
 use crate::storage::dataset::ReadReplica;
 use actix::prelude::*;
 use bytes::BytesMut;
+use std::fs::File;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -31,6 +32,8 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub struct PieceSource {
     replica: ReadReplica,
+    /// The block file again, shared with the advice issued off this thread.
+    advice_file: Arc<File>,
     next: u64,
     end: u64,
     piece: u64,
@@ -48,9 +51,14 @@ impl PieceSource {
         piece: u64,
         prefetch: Prefetcher,
         metrics: Arc<Metrics>,
-    ) -> Self {
+    ) -> Result<Self> {
         let stored_len = replica.entry.live.bytes_on_disk();
-        PieceSource {
+        let advice_file = replica
+            .block
+            .try_clone()
+            .map_err(|e| DatanodeError::io("dup", &replica.block_path, e))?;
+        Ok(PieceSource {
+            advice_file: Arc::new(advice_file),
             replica,
             next: start,
             end,
@@ -58,7 +66,7 @@ impl PieceSource {
             stored_len,
             prefetch,
             metrics,
-        }
+        })
     }
 
     /// Payload bytes (checksums and data) of the next piece; `None` at the end of the range.
@@ -77,7 +85,7 @@ impl PieceSource {
         }
         let len = self.piece.min(self.end - self.next);
         self.prefetch
-            .before_read(&self.replica.block, self.next, &self.metrics);
+            .before_read(&self.advice_file, self.next, &self.metrics);
         let p = read_piece_into(&self.replica, self.next, len as usize, self.stored_len, buf)?;
         self.next += len;
         self.metrics.stream_pieces_read.inc();
@@ -216,7 +224,7 @@ mod tests {
     ) -> (Arc<ReadWindow>, mpsc::Receiver<ReaderItem>) {
         let r = ds.open_read(BlockId(1)).unwrap();
         let prefetch = Prefetcher::new(0, len, ahead as u64 * PIECE, PIECE, u64::MAX);
-        let source = PieceSource::new(r, 0, len, PIECE, prefetch, m.clone());
+        let source = PieceSource::new(r, 0, len, PIECE, prefetch, m.clone()).unwrap();
         let window = ReadWindow::new(ahead);
         let (tx, rx) = mpsc::channel(ahead + 1);
         let io = tokio::runtime::Handle::current();

@@ -9,7 +9,7 @@
 
 use super::prefetch::Prefetcher;
 use super::range::{read_piece, Piece};
-use super::reader::{BlockReader, PieceSource};
+use super::reader::{BlockReader, PieceSource, ReaderItem};
 use super::window::ReadWindow;
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
@@ -154,17 +154,9 @@ fn ahead_pieces(prefetch: u64, piece: u64) -> usize {
     prefetch.div_ceil(piece.max(1)).min(MAX_AHEAD_PIECES) as usize
 }
 
-/// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
-pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) -> Result<()> {
-    ctx.metrics.read_block_ops.inc();
-    let plan = match plan(ctx, op.block, op.offset, op.length).await {
-        Ok(p) => p,
-        Err(e) => return refuse(ctx, w, &e).await,
-    };
-    let t = ctx.socket_timeout();
-    wire::respond(w, plan.response.clone(), t).await?;
-    let bpc32 = plan.replica.entry.bytes_per_checksum;
-    let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
+/// Starts the `BlockReader` actor for `plan` in pieces of `piece` bytes, with its read window
+/// and kernel advice; returns where its pieces arrive.
+fn start_reader(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<mpsc::Receiver<ReaderItem>> {
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
     let window = ReadWindow::new(ahead_pieces(prefetch_bytes, piece));
     let prefetch = Prefetcher::new(
@@ -181,12 +173,31 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
         piece,
         prefetch,
         ctx.metrics.clone(),
-    );
-    let (tx, mut rx) = mpsc::channel(window.ahead() + 1);
+    )?;
+    let (tx, rx) = mpsc::channel(window.ahead() + 1);
     let io = ctx.io.clone();
     let _reader = BlockReader::start_in_arbiter(&ctx.arbiter, move |_| {
         BlockReader::new(source, window, tx, io)
     });
+    Ok(rx)
+}
+
+/// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
+pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) -> Result<()> {
+    ctx.metrics.read_block_ops.inc();
+    let plan = match plan(ctx, op.block, op.offset, op.length).await {
+        Ok(p) => p,
+        Err(e) => return refuse(ctx, w, &e).await,
+    };
+    let t = ctx.socket_timeout();
+    let bpc32 = plan.replica.entry.bytes_per_checksum;
+    let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
+    let response = plan.response.clone();
+    let mut rx = match start_reader(ctx, plan, piece) {
+        Ok(rx) => rx,
+        Err(e) => return refuse(ctx, w, &e).await,
+    };
+    wire::respond(w, response, t).await?;
     let end = loop {
         let next = tokio::select! {
             biased;
