@@ -100,6 +100,10 @@ pub struct DatanodeConfig {
     /// prefetch off.
     #[serde(rename = "read.prefetch.bytes")]
     pub read_prefetch_bytes: ByteSize,
+    /// With prefetch on, also advise the kernel (`posix_fadvise(WILLNEED)`) over the prefetch
+    /// range, besides reading ahead into buffers.
+    #[serde(rename = "read.prefetch.fadvise")]
+    pub read_prefetch_fadvise: bool,
 }
 
 impl Default for DatanodeConfig {
@@ -133,6 +137,7 @@ impl Default for DatanodeConfig {
             write_buffer_drop_behind: true,
             read_piece_bytes: ByteSize::mib(1),
             read_prefetch_bytes: ByteSize::mib(8),
+            read_prefetch_fadvise: true,
         }
     }
 }

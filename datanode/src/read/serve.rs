@@ -159,10 +159,15 @@ fn ahead_pieces(prefetch: u64, piece: u64) -> usize {
 fn start_reader(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<mpsc::Receiver<ReaderItem>> {
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
     let window = ReadWindow::new(ahead_pieces(prefetch_bytes, piece));
+    let advise = if ctx.cfg.read_prefetch_fadvise {
+        prefetch_bytes
+    } else {
+        0
+    };
     let prefetch = Prefetcher::new(
         plan.start,
         plan.end,
-        prefetch_bytes,
+        advise,
         piece,
         ctx.cfg.read_ahead_cache_threshold.bytes(),
     );
