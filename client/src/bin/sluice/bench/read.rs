@@ -7,8 +7,10 @@
 //!    first) and cold (every replica file evicted first: `fdatasync`, `posix_fadvise
 //!    (DONTNEED)`);
 //! 2. `--threads` (4) threads each read their own file, aggregate MB/s, warm and cold;
-//! 3. the same in stream mode with the DataNodes' prefetch off (`read.prefetch.bytes = 0`, the
-//!    same cluster restarted with that configuration), to show what prefetch adds;
+//! 3. the same in stream mode with the DataNodes' prefetch reading ahead into buffers but
+//!    without kernel advice (`read.prefetch.fadvise = false`), and with prefetch off
+//!    (`read.prefetch.bytes = 0`) — the same cluster restarted with each configuration — to
+//!    show what each part of prefetch adds;
 //!
 //! plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
 //! should be read against. Each configuration runs `--runs` times (min/median/max); runs of
@@ -132,7 +134,8 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     if dn.read_prefetch_bytes.bytes() == 0 {
         dn.read_prefetch_bytes = DatanodeConfig::default().read_prefetch_bytes;
     }
-    let prefetch = dn.read_prefetch_bytes.to_string();
+    dn.read_prefetch_fadvise = true;
+    let window = dn.read_prefetch_bytes;
     let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
     let mut report = new_report(args, g, dir);
     let paths = files(args);
@@ -140,24 +143,33 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     report.loopback = loopback(args).await?;
     let caches = [CacheState::Warm, CacheState::Cold];
     let modes = [ReadMode::Stream, ReadMode::Chunk];
+    let label = format!("{window}+advice");
     for threads in [1, args.threads] {
         let set = &paths[..threads];
-        report
-            .rows
-            .extend(experiment(&fs, args, dir, set, &caches, &modes, &prefetch).await?);
-    }
-    cluster.stop().await;
-
-    // The same cluster and files, the DataNodes restarted with prefetch off.
-    dn.read_prefetch_bytes = ByteSize(0);
-    let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
-    wait_healthy(&fs).await?;
-    for threads in [1, args.threads] {
-        let set = &paths[..threads];
-        let rows = experiment(&fs, args, dir, set, &caches, &[ReadMode::Stream], "off").await?;
+        let rows = experiment(&fs, args, dir, set, &caches, &modes, &label).await?;
         report.rows.extend(rows);
     }
     cluster.stop().await;
+
+    // The same cluster and files, the DataNodes restarted: prefetch into buffers without
+    // kernel advice, then prefetch off. Stream mode only (chunk mode does not prefetch).
+    let configs = [
+        (window, false, window.to_string()),
+        (ByteSize(0), false, "off".into()),
+    ];
+    for (bytes, fadvise, label) in configs {
+        dn.read_prefetch_bytes = bytes;
+        dn.read_prefetch_fadvise = fadvise;
+        let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
+        wait_healthy(&fs).await?;
+        for threads in [1, args.threads] {
+            let set = &paths[..threads];
+            let stream = [ReadMode::Stream];
+            let rows = experiment(&fs, args, dir, set, &caches, &stream, &label).await?;
+            report.rows.extend(rows);
+        }
+        cluster.stop().await;
+    }
     report.compute_ratios();
     Ok(report)
 }

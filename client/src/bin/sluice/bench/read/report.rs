@@ -208,12 +208,12 @@ impl Report {
         );
         println!();
         println!(
-            "{:>7}  {:<6}  {:<6}  {:<8}  {:>22}  {:>22}",
+            "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}",
             "threads", "mode", "cache", "prefetch", "seconds min/med/max", "MB/s min/med/max"
         );
         for r in &self.rows {
             println!(
-                "{:>7}  {:<6}  {:<6}  {:<8}  {:>22}  {:>22}",
+                "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}",
                 r.threads,
                 r.mode,
                 r.cache,
@@ -227,7 +227,7 @@ impl Report {
         }
         println!();
         for r in &self.ratios {
-            println!("{:<52} {:.2}x", r.what, r.ratio);
+            println!("{:<60} {:.2}x", r.what, r.ratio);
         }
         for n in &self.notes {
             println!("note: {n}");
