@@ -159,6 +159,52 @@ async fn a_corrupt_replica_is_reported_and_the_read_fails_over() {
 }
 
 #[tokio::test]
+async fn a_truncated_piece_is_a_checksum_error_naming_the_replica_and_is_read_around() {
+    within(20, async {
+        let short = start_dn("short").await;
+        let good = start_dn("good").await;
+        let meta = start_meta(vec![]).await;
+        let data = bytes(3000, 13);
+        seed_file(&meta, "/t", &[(&data, &[&short, &good])]);
+        seed_file(&meta, "/t1", &[(&data, &[&short])]);
+        short.st().truncate_reads = true;
+        let fs = connect(config(&meta)).await;
+        for m in [ReadMode::Stream, ReadMode::Chunk] {
+            let mut r = fs.open_with("/t", mode(m)).await.unwrap();
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            assert!(got == data, "{m:?}");
+            assert_eq!(r.stats().reported_bad, 1, "{m:?}");
+            assert_eq!(r.stats().excluded, vec![short.id.node_id.clone()]);
+            // With no other replica the error surfaces, naming the replica.
+            let mut r = fs.open_with("/t1", mode(m)).await.unwrap();
+            let mut buf = [0u8; 10];
+            let err = r.read(&mut buf).await.expect_err("truncated");
+            let inner = err
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<ClientError>())
+                .unwrap();
+            match inner {
+                ClientError::Checksum { node, source, .. } => {
+                    assert!(node.contains("short"), "{node}");
+                    assert!(
+                        matches!(source, sluice_common::ChecksumError::Length { .. }),
+                        "{source:?}"
+                    );
+                }
+                other => panic!("{m:?}: {other:?}"),
+            }
+        }
+        assert!(meta
+            .st()
+            .bad_reports
+            .iter()
+            .all(|b| b.node == short.id.node_id));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn every_replica_corrupt_gives_a_checksum_error_naming_block_offset_and_node() {
     within(20, async {
         let bad = start_dn("bad1").await;

@@ -26,6 +26,8 @@ pub struct DnState {
     pub visible: HashMap<u64, u64>,
     /// Flip a byte in data served to readers (after computing checksums).
     pub corrupt_reads: bool,
+    /// Send read payloads 3 bytes shorter than their header says (Ozone HDDS-15794).
+    pub truncate_reads: bool,
     /// Answer the ack of this seqno with `status` at pipeline position `index` (once).
     pub fail_ack: Option<(i64, usize, Status)>,
     /// The stage of every WriteBlock received.
@@ -285,6 +287,7 @@ struct Served {
     from: u64,
     visible: u64,
     corrupt: bool,
+    truncate: bool,
 }
 
 fn serve_bytes(
@@ -313,6 +316,7 @@ fn serve_bytes(
         from,
         visible,
         corrupt: s.corrupt_reads,
+        truncate: s.truncate_reads,
     })
 }
 
@@ -325,6 +329,9 @@ fn chunk_frame(s: &Served, from: u64, to: u64) -> Frame<Message> {
         body[0] ^= 0xff;
     }
     payload.extend_from_slice(&body);
+    if s.truncate {
+        payload.truncate(payload.len().saturating_sub(3));
+    }
     let h = ChunkHeader {
         offset: from,
         data_len: slice.len() as u32,
