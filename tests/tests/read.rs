@@ -9,7 +9,7 @@
 
 use rand::{Rng, SeedableRng};
 use sluice_client::{ClientError, FileReader, ReadMode, ReadOptions, WriteOptions};
-use sluice_common::config::{ByteSize, HumanDuration};
+use sluice_common::config::{ByteSize, HumanDuration, PrefetchAdvice};
 use sluice_common::proto::{Message, Op, ReadBlockOp, ReadChunkOp};
 use sluice_common::rpc::Health;
 use sluice_common::Status;
@@ -119,8 +119,8 @@ async fn datanode_prefetch_advises_and_reads_ahead_and_can_be_turned_off() {
         // ahead into buffers only), 2 not at all.
         let cluster = MiniCluster::builder()
             .configure_datanodes(|i, c| match i {
-                0 => {}
-                1 => c.read_prefetch_fadvise = false,
+                0 => c.read_prefetch_fadvise = PrefetchAdvice::On,
+                1 => c.read_prefetch_fadvise = PrefetchAdvice::Off,
                 _ => c.read_prefetch_bytes = ByteSize(0),
             })
             .start()

@@ -100,10 +100,23 @@ pub struct DatanodeConfig {
     /// prefetch off.
     #[serde(rename = "read.prefetch.bytes")]
     pub read_prefetch_bytes: ByteSize,
-    /// With prefetch on, also advise the kernel (`posix_fadvise(WILLNEED)`) over the prefetch
-    /// range, besides reading ahead into buffers.
+    /// With prefetch on, whether to also advise the kernel (`posix_fadvise(WILLNEED)`) over
+    /// the prefetch range, besides reading ahead into buffers.
     #[serde(rename = "read.prefetch.fadvise")]
-    pub read_prefetch_fadvise: bool,
+    pub read_prefetch_fadvise: PrefetchAdvice,
+}
+
+/// Whether a streaming read's prefetch also advises the kernel (`posix_fadvise(WILLNEED)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefetchAdvice {
+    /// Advise unless the volume's device already reads ahead at least `read.prefetch.bytes`
+    /// by itself (its `read_ahead_kb`): there the advice only adds work.
+    Auto,
+    /// Always advise.
+    On,
+    /// Never advise: prefetch reads ahead into buffers only.
+    Off,
 }
 
 impl Default for DatanodeConfig {
@@ -137,7 +150,7 @@ impl Default for DatanodeConfig {
             write_buffer_drop_behind: true,
             read_piece_bytes: ByteSize::mib(1),
             read_prefetch_bytes: ByteSize::mib(8),
-            read_prefetch_fadvise: true,
+            read_prefetch_fadvise: PrefetchAdvice::Auto,
         }
     }
 }

@@ -17,7 +17,7 @@ mod metadata;
 pub mod units;
 
 pub use client::{ClientConfig, ReadMode, ReplacePolicy};
-pub use datanode::DatanodeConfig;
+pub use datanode::{DatanodeConfig, PrefetchAdvice};
 pub use metadata::MetadataConfig;
 pub use units::{ByteSize, HumanDuration, Millis, PathList};
 

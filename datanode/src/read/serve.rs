@@ -19,6 +19,7 @@ use actix::Actor;
 use bytes::{Buf, BufMut, Bytes};
 use futures::SinkExt;
 use sluice_common::checksum;
+use sluice_common::config::PrefetchAdvice;
 use sluice_common::frame::{self, PREFIX_LEN};
 use sluice_common::proto::{
     ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfoOp,
@@ -159,18 +160,20 @@ fn ahead_pieces(prefetch: u64, piece: u64) -> usize {
 fn start_reader(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<mpsc::Receiver<ReaderItem>> {
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
     let window = ReadWindow::new(ahead_pieces(prefetch_bytes, piece));
-    let advise = if ctx.cfg.read_prefetch_fadvise {
-        prefetch_bytes
-    } else {
-        0
+    let advise = match ctx.cfg.read_prefetch_fadvise {
+        PrefetchAdvice::Off => 0,
+        PrefetchAdvice::On | PrefetchAdvice::Auto => prefetch_bytes,
     };
-    let prefetch = Prefetcher::new(
+    let mut prefetch = Prefetcher::new(
         plan.start,
         plan.end,
         advise,
         piece,
         ctx.cfg.read_ahead_cache_threshold.bytes(),
     );
+    if ctx.cfg.read_prefetch_fadvise == PrefetchAdvice::Auto {
+        prefetch = prefetch.auto();
+    }
     let source = PieceSource::new(
         plan.replica,
         plan.start,
