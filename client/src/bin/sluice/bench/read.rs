@@ -8,7 +8,7 @@
 //!    (DONTNEED)`);
 //! 2. `--threads` (4) threads each read their own file, aggregate MB/s, warm and cold;
 //! 3. the same in stream mode with the DataNodes' prefetch reading ahead into buffers but
-//!    without kernel advice (`read.prefetch.fadvise = false`), and with prefetch off
+//!    without kernel advice (`read.prefetch.fadvise = "off"`), and with prefetch off
 //!    (`read.prefetch.bytes = 0`) — the same cluster restarted with each configuration — to
 //!    show what each part of prefetch adds;
 //!
@@ -32,7 +32,7 @@ use clap::Args;
 use rand::{RngCore, SeedableRng};
 use report::{Report, Row, Sample};
 use sluice_client::{ClientConfig, FileSystem, ReadMode, ReadOptions, WriteOptions};
-use sluice_common::config::{ByteSize, DatanodeConfig};
+use sluice_common::config::{ByteSize, DatanodeConfig, PrefetchAdvice};
 use sluice_common::rpc::{Health, NodeState};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -134,10 +134,24 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     if dn.read_prefetch_bytes.bytes() == 0 {
         dn.read_prefetch_bytes = DatanodeConfig::default().read_prefetch_bytes;
     }
-    dn.read_prefetch_fadvise = true;
+    dn.read_prefetch_fadvise = PrefetchAdvice::On;
     let window = dn.read_prefetch_bytes;
     let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
     let mut report = new_report(args, g, dir);
+    let auto_advises = report
+        .machine
+        .read_ahead_kb
+        .is_none_or(|kb| kb * 1024 < window.bytes());
+    report.notes.push(format!(
+        "with the default read.prefetch.fadvise = \"auto\" the DataNodes on this disk would {} \
+         (its read-ahead {:?} KiB, the prefetch window {window})",
+        if auto_advises {
+            "advise (like \"+advice\")"
+        } else {
+            "not advise (like the buffers-only row)"
+        },
+        report.machine.read_ahead_kb,
+    ));
     let paths = files(args);
     report.write_mb_per_s = write_files(&fs, args, &paths).await?;
     report.loopback = loopback(args).await?;
@@ -154,8 +168,8 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     // The same cluster and files, the DataNodes restarted: prefetch into buffers without
     // kernel advice, then prefetch off. Stream mode only (chunk mode does not prefetch).
     let configs = [
-        (window, false, window.to_string()),
-        (ByteSize(0), false, "off".into()),
+        (window, PrefetchAdvice::Off, window.to_string()),
+        (ByteSize(0), PrefetchAdvice::Off, "off".into()),
     ];
     for (bytes, fadvise, label) in configs {
         dn.read_prefetch_bytes = bytes;

@@ -82,6 +82,8 @@ pub struct Machine {
     pub disk: String,
     /// Whether the kernel says that device is rotational (an HDD); `None` when unknown.
     pub rotational: Option<bool>,
+    /// The device's own read-ahead in KiB (`queue/read_ahead_kb`); `None` when unknown.
+    pub read_ahead_kb: Option<u64>,
 }
 
 impl Machine {
@@ -101,7 +103,7 @@ impl Machine {
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        let (disk, rotational) = disk_of(dir);
+        let (disk, rotational, read_ahead_kb) = disk_of(dir);
         Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model,
@@ -111,14 +113,15 @@ impl Machine {
                 .unwrap_or_default(),
             disk,
             rotational,
+            read_ahead_kb,
         }
     }
 }
 
-/// The device name under `dir` and its rotational flag, from `/sys/dev/block`.
-fn disk_of(dir: &Path) -> (String, Option<bool>) {
+/// The device name under `dir`, its rotational flag and read-ahead, from `/sys/dev/block`.
+fn disk_of(dir: &Path) -> (String, Option<bool>, Option<u64>) {
     let Ok(meta) = std::fs::metadata(dir) else {
-        return ("unknown".into(), None);
+        return ("unknown".into(), None, None);
     };
     let dev = meta.dev();
     let sys = PathBuf::from(format!(
@@ -127,22 +130,21 @@ fn disk_of(dir: &Path) -> (String, Option<bool>) {
         libc::minor(dev)
     ));
     let Ok(real) = std::fs::canonicalize(&sys) else {
-        return (
-            format!("device {}:{}", libc::major(dev), libc::minor(dev)),
-            None,
-        );
+        let name = format!("device {}:{}", libc::major(dev), libc::minor(dev));
+        return (name, None, None);
     };
     let name = real
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     // A partition has no queue of its own: its disk's is one level up.
-    let rotational = [
-        real.join("queue/rotational"),
-        real.join("../queue/rotational"),
-    ]
-    .iter()
-    .find_map(|p| std::fs::read_to_string(p).ok())
-    .map(|s| s.trim() == "1");
-    (name, rotational)
+    let queue = |f: &str| {
+        [real.join("queue").join(f), real.join("../queue").join(f)]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|s| s.trim().to_string())
+    };
+    let rotational = queue("rotational").map(|s| s == "1");
+    let read_ahead = queue("read_ahead_kb").and_then(|s| s.parse().ok());
+    (name, rotational, read_ahead)
 }

@@ -186,8 +186,11 @@ impl Report {
             Some(false) => "non-rotational",
             None => "unknown kind",
         };
+        let ra = m
+            .read_ahead_kb
+            .map_or("unknown".to_string(), |kb| format!("{kb} KiB"));
         println!(
-            "machine: {} CPUs ({}), {:.1} GiB RAM, kernel {}, disk {} ({disk})",
+            "machine: {} CPUs ({}), {:.1} GiB RAM, kernel {}, disk {} ({disk}, read-ahead {ra})",
             m.cpus, m.cpu_model, m.memory_gib, m.kernel, m.disk
         );
         println!(
