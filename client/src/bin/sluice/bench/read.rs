@@ -7,10 +7,11 @@
 //!    first) and cold (every replica file evicted first: `fdatasync`, `posix_fadvise
 //!    (DONTNEED)`);
 //! 2. `--threads` (4) threads each read their own file, aggregate MB/s, warm and cold;
-//! 3. the same in stream mode with the DataNodes' prefetch reading ahead into buffers but
-//!    without kernel advice (`read.prefetch.fadvise = "off"`), and with prefetch off
-//!    (`read.prefetch.bytes = 0`) — the same cluster restarted with each configuration — to
-//!    show what each part of prefetch adds;
+//! 3. the same in stream mode with the DataNodes' prefetch forced to advise the kernel
+//!    (`read.prefetch.fadvise = "on"`), reading ahead into buffers only (`"off"`), and with
+//!    prefetch off (`read.prefetch.bytes = 0`) — the same cluster restarted with each
+//!    configuration — to show what each part of prefetch adds (1 and 2 run with the
+//!    configured settings, `"auto"` by default);
 //!
 //! plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
 //! should be read against. Each configuration runs `--runs` times (min/median/max); runs of
@@ -134,30 +135,19 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     if dn.read_prefetch_bytes.bytes() == 0 {
         dn.read_prefetch_bytes = DatanodeConfig::default().read_prefetch_bytes;
     }
-    dn.read_prefetch_fadvise = PrefetchAdvice::On;
     let window = dn.read_prefetch_bytes;
+    let fadvise = dn.read_prefetch_fadvise;
     let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
     let mut report = new_report(args, g, dir);
-    let auto_advises = report
-        .machine
-        .read_ahead_kb
-        .is_none_or(|kb| kb * 1024 < window.bytes());
-    report.notes.push(format!(
-        "with the default read.prefetch.fadvise = \"auto\" the DataNodes on this disk would {} \
-         (its read-ahead {:?} KiB, the prefetch window {window})",
-        if auto_advises {
-            "advise (like \"+advice\")"
-        } else {
-            "not advise (like the buffers-only row)"
-        },
-        report.machine.read_ahead_kb,
-    ));
+    report
+        .notes
+        .push(auto_note(&report.machine, window, fadvise));
     let paths = files(args);
     report.write_mb_per_s = write_files(&fs, args, &paths).await?;
     report.loopback = loopback(args).await?;
     let caches = [CacheState::Warm, CacheState::Cold];
     let modes = [ReadMode::Stream, ReadMode::Chunk];
-    let label = format!("{window}+advice");
+    let label = format!("{window},{}", advice_name(fadvise));
     for threads in [1, args.threads] {
         let set = &paths[..threads];
         let rows = experiment(&fs, args, dir, set, &caches, &modes, &label).await?;
@@ -165,10 +155,11 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     }
     cluster.stop().await;
 
-    // The same cluster and files, the DataNodes restarted: prefetch into buffers without
-    // kernel advice, then prefetch off. Stream mode only (chunk mode does not prefetch).
+    // The same cluster and files, the DataNodes restarted: prefetch with kernel advice, into
+    // buffers only, then prefetch off. Stream mode only (chunk mode does not prefetch).
     let configs = [
-        (window, PrefetchAdvice::Off, window.to_string()),
+        (window, PrefetchAdvice::On, format!("{window},advice")),
+        (window, PrefetchAdvice::Off, format!("{window},no-advice")),
         (ByteSize(0), PrefetchAdvice::Off, "off".into()),
     ];
     for (bytes, fadvise, label) in configs {
@@ -186,6 +177,35 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     }
     report.compute_ratios();
     Ok(report)
+}
+
+fn advice_name(a: PrefetchAdvice) -> &'static str {
+    match a {
+        PrefetchAdvice::Auto => "auto",
+        PrefetchAdvice::On => "advice",
+        PrefetchAdvice::Off => "no-advice",
+    }
+}
+
+/// What `read.prefetch.fadvise = "auto"` does on the disk under the benchmark.
+fn auto_note(m: &cache::Machine, window: ByteSize, configured: PrefetchAdvice) -> String {
+    let advises = m.read_ahead_kb.is_none_or(|kb| kb * 1024 < window.bytes());
+    format!(
+        "the first rows use read.prefetch.fadvise = \"{}\"; \"auto\" {} on this disk (its own \
+         read-ahead {} KiB, the prefetch window {window})",
+        match configured {
+            PrefetchAdvice::Auto => "auto",
+            PrefetchAdvice::On => "on",
+            PrefetchAdvice::Off => "off",
+        },
+        if advises {
+            "advises"
+        } else {
+            "does not advise"
+        },
+        m.read_ahead_kb
+            .map_or("unknown".into(), |kb| kb.to_string()),
+    )
 }
 
 /// The benchmark on the cluster at `--metadata`: page cache as it is, prefetch as configured.
