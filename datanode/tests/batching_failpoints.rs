@@ -37,7 +37,8 @@ async fn flush_and_fsync_failures_of_a_buffered_replica_fail_hsync_and_close() {
         let seq = send_data(&mut c, &data, 0, 0).await;
         expect_acks(&mut c, seq as usize, 2).await;
         // An empty sync packet at the current chunk boundary, as the client sends it.
-        c.packet(seq, data.len() as u64 / 512 * 512, &[], false, true).await;
+        c.packet(seq, data.len() as u64 / 512 * 512, &[], false, true)
+            .await;
         let a = c.ack().await.unwrap();
         assert_eq!(
             a.replies,
