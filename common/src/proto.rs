@@ -15,12 +15,31 @@
 use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp};
 use crate::status::Status;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// The data-transfer protocol version this build speaks.
 pub const PROTOCOL_VERSION: u16 = 1;
 
 /// The sequence number of a heartbeat packet: no data, sent while a pipeline is idle.
 pub const HEARTBEAT_SEQNO: i64 = -1;
+
+/// The most a pipeline's ack timeout grows per DataNode further down (HDFS's
+/// `READ_TIMEOUT_EXTENSION`).
+pub const ACK_TIMEOUT_EXTENSION: Duration = Duration::from_secs(5);
+
+/// How long a writer waits for an ack that must travel through `downstream` DataNodes: the
+/// socket timeout plus, per DataNode, [`ACK_TIMEOUT_EXTENSION`] (or a quarter of the socket
+/// timeout when that is shorter, so that tests with short timeouts keep the same shape).
+///
+/// As in HDFS (`socketTimeout + READ_TIMEOUT_EXTENSION * targets`), each hop upstream waits
+/// longer than the one below it, so when a DataNode stalls, the DataNode just above it is the
+/// first to give up and names it in its ack; the nodes above, and the client, then see that
+/// ack instead of timing out themselves and blaming the wrong node.
+pub fn ack_timeout(socket_timeout: Duration, downstream: usize) -> Duration {
+    let step = ACK_TIMEOUT_EXTENSION.min(socket_timeout / 4);
+    socket_timeout
+        .saturating_add(step.saturating_mul(u32::try_from(downstream).unwrap_or(u32::MAX)))
+}
 
 /// Every header that travels in a data-transfer frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -310,4 +329,20 @@ pub struct UpdateReplicaOp {
     pub recovery_id: GenerationStamp,
     /// The agreed length.
     pub new_length: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_timeout_grows_per_downstream_node() {
+        let t = Duration::from_secs(60);
+        assert_eq!(ack_timeout(t, 0), t);
+        assert_eq!(ack_timeout(t, 2), Duration::from_secs(70));
+        // Short timeouts (tests) grow by a quarter per node.
+        let t = Duration::from_secs(2);
+        assert_eq!(ack_timeout(t, 3), Duration::from_millis(3500));
+        assert!(ack_timeout(t, usize::MAX) >= t);
+    }
 }

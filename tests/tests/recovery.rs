@@ -676,6 +676,54 @@ async fn a_datanode_stalled_past_the_ack_timeout_is_taken_out() {
     .await
 }
 
+/// With the same socket timeout everywhere, a stalled last DataNode must be the one taken out:
+/// ack timeouts grow upstream (HDFS's READ_TIMEOUT_EXTENSION), so the middle DataNode gives
+/// up on it first and names it, before the first DataNode or the client time out and blame a
+/// healthy node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_last_datanode_is_blamed_not_the_nodes_above_it() {
+    with_timeout(LIMIT, "stall last", async {
+        let t = HumanDuration::secs(2);
+        let cluster = builder()
+            .configure_datanodes(move |_, d| d.socket_timeout = t)
+            .start()
+            .await
+            .unwrap();
+        let faults = cluster.link_faults().unwrap().clone();
+        let fs = cluster.client_with(|c| c.socket_timeout = t).await.unwrap();
+        let data = random_bytes(600_000, 23);
+        let mut w = fs.create("/stall-last", opts()).await.unwrap();
+        w.write_all(&data[..100_000]).await.unwrap();
+        w.hflush().await.unwrap();
+        let pipeline = w.pipeline();
+        let (second, third) = (
+            index_of(&cluster, &pipeline[1]),
+            index_of(&cluster, &pipeline[2]),
+        );
+        // The last DataNode hangs: its upstream's connection stays open, nothing moves.
+        faults.set(Link::between(second, third), Fault::Stall);
+        w.write_all(&data[100_000..]).await.unwrap();
+        w.hflush().await.unwrap();
+        assert_eq!(w.pipeline_recoveries(), 1);
+        let rebuilt = w.pipeline();
+        assert!(
+            rebuilt.iter().all(|d| d.node_id != pipeline[2].node_id),
+            "the stalled node is out: {rebuilt:?}"
+        );
+        for healthy in &pipeline[..2] {
+            assert!(
+                rebuilt.iter().any(|d| d.node_id == healthy.node_id),
+                "{healthy} stays in the pipeline: {rebuilt:?}"
+            );
+        }
+        w.close().await.unwrap();
+        faults.clear_all();
+        check_file(&fs, "/stall-last", &data).await;
+        cluster.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_datanode_restarted_mid_write_is_left_out_and_its_old_replica_deleted() {
     with_timeout(LIMIT, "restart", async {

@@ -200,9 +200,11 @@ impl Pipeline {
         })
     }
 
-    /// When the oldest expected ack is overdue (`None` when no ack is expected).
+    /// When the oldest expected ack is overdue (`None` when no ack is expected): the socket
+    /// timeout extended per DataNode of the pipeline, as each DataNode's wait for its downstream.
     pub(crate) fn ack_deadline(&self) -> Option<Instant> {
-        (self.acks.expected() > 0).then(|| self.last_ack_progress + self.settings.timeout)
+        let wait = sluice_common::proto::ack_timeout(self.settings.timeout, self.nodes.len());
+        (self.acks.expected() > 0).then(|| self.last_ack_progress + wait)
     }
 
     /// When a heartbeat is due (no packet sent for half the socket timeout).

@@ -252,6 +252,7 @@ async fn run(
         ctx: ctx.clone(),
         upstream,
         downstream: ds_reader,
+        downstream_nodes: op.targets.len(),
         queue: rx,
         live: live.clone(),
         broken: broken.clone(),

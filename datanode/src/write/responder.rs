@@ -1,6 +1,7 @@
 //! The ack responder of one write connection (HDFS's `PacketResponder`): a task fed, through a
 //! bounded queue, with each packet's local outcome in sequence order. For each, it waits for
-//! the downstream ack of the same seqno (within the socket timeout), raises the replica's
+//! the downstream ack of the same seqno (within the socket timeout, extended per DataNode below,
+//! see [`sluice_common::proto::ack_timeout`]), raises the replica's
 //! acknowledged length if all succeeded, then sends upstream
 //! `Ack { seqno, [own status, downstream replies...] }`. So an ack goes upstream only when the local write is done (it was queued after it)
 //! AND the downstream acked.
@@ -50,6 +51,8 @@ pub struct Responder {
     pub(crate) ctx: Ctx,
     pub(crate) upstream: FrameWriter,
     pub(crate) downstream: Option<FrameReader>,
+    /// DataNodes below this one: the downstream ack waits `ack_timeout(socket, this)`.
+    pub(crate) downstream_nodes: usize,
     pub(crate) queue: mpsc::Receiver<PendingAck>,
     pub(crate) live: Arc<ReplicaLive>,
     /// Cancelled by the responder when the pipeline must stop.
@@ -104,7 +107,7 @@ impl Responder {
         let Some(reader) = self.downstream.as_mut() else {
             return vec![Status::Success];
         };
-        let t = self.ctx.socket_timeout();
+        let t = sluice_common::proto::ack_timeout(self.ctx.socket_timeout(), self.downstream_nodes);
         // An ack already received wins over a failed forward: the downstream may have acked
         // (naming a node further down as bad) and closed before this node's next forward, and
         // blaming the downstream for that would take the wrong DataNode out of the pipeline.
