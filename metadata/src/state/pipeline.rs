@@ -122,6 +122,17 @@ impl State {
         let Some(info) = self.blocks.get_mut(new.id) else {
             return;
         };
+        // DataNodes taken out of the pipeline may still hold a replica being written under the
+        // old stamp, and they do not report replicas being written (HDFS learns of them from
+        // RECEIVING_BLOCK reports): ask them to delete it now rather than at their next full
+        // block report. A DataNode deletes only a replica whose stamp is not newer.
+        let old_gs = info.gen_stamp;
+        let dropped: Vec<NodeId> = info
+            .expected
+            .iter()
+            .filter(|n| !nodes.contains(n))
+            .cloned()
+            .collect();
         info.gen_stamp = new.gen_stamp;
         info.num_bytes = new.num_bytes;
         info.pending_gen_stamp = None;
@@ -142,6 +153,10 @@ impl State {
             if !nodes.contains(&node) {
                 self.blocks.schedule_delete(&node, old);
             }
+        }
+        for node in dropped {
+            self.blocks
+                .schedule_delete(&node, ExtendedBlock::new(new.id, old_gs, 0));
         }
     }
 

@@ -249,8 +249,17 @@ fn pipeline_recovery_checks() {
         .map(|d| d.node_id.clone())
         .collect();
     assert_eq!(got, nodes);
-    // A replica left with the old stamp is deleted when reported.
+    // The DataNode taken out of the pipeline is asked at once to delete its replica under the
+    // old stamp: it does not report replicas being written, so no report would tell.
     let dropped = &lb.locations[2].node_id;
+    let r = s.heartbeat(&hb(&dropped.0), Instant::now());
+    assert_eq!(
+        r.commands,
+        vec![DatanodeCommand::Delete {
+            blocks: vec![ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0)]
+        }]
+    );
+    // A replica left with the old stamp is deleted when reported.
     s.block_received(
         dropped,
         &[ReplicaEvent::Received(ExtendedBlock {
