@@ -92,9 +92,9 @@ class Cluster:
             SLUICE_METADATA__LEASE__SOFT__LIMIT="10s",
             SLUICE_METADATA__LEASE__HARD__LIMIT="30s",
             SLUICE_DATANODE__HEARTBEAT__INTERVAL="1s",
-            # A DataNode gives up on a silent downstream well before the client gives up on
-            # the pipeline, so that the error ack names the DataNode that stalled (HDFS scales
-            # its timeouts by pipeline position for the same reason).
+            # The same socket timeout as the client's: ack timeouts grow by pipeline position
+            # (a quarter of 8 s per DataNode below), so the DataNode right above a stalled one
+            # gives up first and its error ack names the stalled node.
             SLUICE_DATANODE__SOCKET__TIMEOUT="8s",
             RUST_LOG=os.environ.get("SLUICE_TEST_RUST_LOG", "info"),
         )
@@ -104,7 +104,7 @@ class Cluster:
         }
         self.cli_env.update(
             SLUICE_METADATA=f"127.0.0.1:{self.rpc_port}",
-            SLUICE_CLIENT__SOCKET__TIMEOUT="20s",
+            SLUICE_CLIENT__SOCKET__TIMEOUT="8s",
             SLUICE_CLIENT__RPC__TIMEOUT="10s",
             RUST_LOG="error",
         )

@@ -589,6 +589,54 @@ async fn a_set_up_failure_moves_the_block_elsewhere() {
     .await
 }
 
+/// A hung DataNode (connections accepted, nothing answered) in every new pipeline, with the
+/// same socket timeout on the client and the DataNodes: set-up waits grow upstream like ack
+/// waits, so the DataNode right above the hung one names it (`first_bad_link`) before anyone
+/// above times out, and one retry per block is enough. Blaming a healthy DataNode instead
+/// would leave the hung one in the retry's pipeline (the rack policy keeps choosing it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_datanode_at_set_up_is_named_by_the_one_above_it() {
+    with_timeout(LIMIT, "hung at set-up", async {
+        let t = HumanDuration::secs(2);
+        let cluster = builder()
+            .configure_datanodes(move |i, c| {
+                c.rack = if i == 0 { "/r1" } else { "/r2" }.into();
+                c.socket_timeout = t;
+            })
+            .start()
+            .await
+            .unwrap();
+        let faults = cluster.link_faults().unwrap().clone();
+        faults.set(Link::client_to(0), Fault::Stall);
+        for j in 1..5 {
+            faults.set(Link::between(j, 0), Fault::Stall);
+        }
+        let fs = cluster
+            .client_with(move |c| {
+                c.socket_timeout = t;
+                c.block_write_retries = 1;
+            })
+            .await
+            .unwrap();
+        let data = random_bytes(2 * BLOCK as usize + 5000, 24);
+        let mut w = fs.create("/hung", opts()).await.unwrap();
+        w.write_all(&data).await.unwrap();
+        w.close().await.unwrap();
+        faults.clear_all();
+        let blocks = check_file(&fs, "/hung", &data).await;
+        let dn0 = cluster.datanode(0).unwrap().node_id().clone();
+        for lb in &blocks {
+            assert!(
+                lb.locations.iter().all(|d| d.node_id != dn0),
+                "{:?}",
+                lb.locations
+            );
+        }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_packet_corrupted_between_two_datanodes_is_caught_and_recovered() {
     with_timeout(LIMIT, "wire corruption", async {

@@ -213,8 +213,9 @@ impl Pipeline {
     }
 }
 
-/// Connects to `first`, sends `op`, and waits for the set-up answer. A failure blames the
-/// `first_bad_link` DataNode when it is one of `nodes`, else `first`.
+/// Connects to `first`, sends `op`, and waits for the set-up answer (within the socket timeout
+/// extended per DataNode of the pipeline). A failure blames the `first_bad_link` DataNode when
+/// it is one of `nodes`, else `first`.
 async fn set_up(
     first: &DatanodeId,
     op: WriteBlockOp,
@@ -222,6 +223,14 @@ async fn set_up(
     settings: DnSettings,
 ) -> Result<DnConnection, SetupFailure> {
     let block = op.block.id;
+    // The answer comes only after every DataNode below has connected to its downstream and
+    // answered, each within its own extended wait: wait longer than the first DataNode does,
+    // so that its answer naming a dead downstream (first_bad_link) arrives before this times
+    // out and blames the first DataNode (HDFS: getDatanodeReadTimeout(nodes.length)).
+    let settings = DnSettings {
+        timeout: sluice_common::proto::ack_timeout(settings.timeout, nodes.len()),
+        ..settings
+    };
     let blame_first = |error| SetupFailure {
         bad: Some(first.clone()),
         error,

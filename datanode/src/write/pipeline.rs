@@ -60,7 +60,10 @@ pub async fn connect(ctx: &NodeContext, op: &WriteBlockOp) -> Result<Downstream,
         message,
         first_bad_link: addr.clone(),
     };
-    let t = ctx.socket_timeout();
+    // Each DataNode waits for its downstream's set-up longer than the one below it waits for
+    // its own (HDFS: socketTimeout + READ_TIMEOUT_EXTENSION * targets), so a dead DataNode is
+    // named (first_bad_link) by the one right above it, not blamed on a healthy one upstream.
+    let t = sluice_common::proto::ack_timeout(ctx.socket_timeout(), op.targets.len());
     let stream = match tokio::time::timeout(t, dial(&ctx.cfg.bind_host, &addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(fail(format!("cannot connect to downstream {addr}: {e}"))),
