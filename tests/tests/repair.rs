@@ -180,6 +180,35 @@ async fn re_replication_after_a_death_then_excess_deleted_when_it_returns() {
     .await
 }
 
+/// Fewer live DataNodes than the replication factor (3 DataNodes, one dead): new blocks start
+/// on the two there are, as HDFS does (at least `replication.min`), the file closes
+/// under-replicated, and repair brings it to 3 when the DataNode returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_with_fewer_datanodes_than_the_factor_and_are_repaired_later() {
+    with_timeout(LIMIT, "fewer DataNodes than the factor", async {
+        let mut cluster = builder(3).start().await.unwrap();
+        let fs = cluster.client().await.unwrap();
+        cluster.stop_datanode(2).await;
+        wait_dead(&fs, 1).await;
+        let data = random_bytes(2 * BLOCK as usize + 777, 7);
+        write_all(&fs, "/few/f", &data, opts(), 10_000)
+            .await
+            .unwrap();
+        let located = fs.get_block_locations("/few/f").await.unwrap();
+        assert_eq!(located.blocks.len(), 3);
+        for lb in &located.blocks {
+            assert_eq!(lb.locations.len(), 2, "{}: {:?}", lb.block, lb.locations);
+        }
+        assert_eq!(health(&fs, "/few/f").await, Health::UnderReplicated);
+        assert!(read_all(&fs, "/few/f").await.unwrap() == data);
+        cluster.start_datanode(2).await.unwrap();
+        wait_health(&fs, "/few/f", Health::Healthy).await;
+        check_replicas(&cluster, "/few/f", &data, &[]).await;
+        cluster.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_replication_honours_max_streams_per_source() {
     with_timeout(LIMIT, "rate limit", async {

@@ -6,7 +6,7 @@ use crate::blocks::BlockInfo;
 use crate::namespace::{now_ms, BlockRecord, BlockState, CreateRequest, Inode, NsPath};
 use crate::placement::PlacementRequest;
 use sluice_common::rpc::{CreateOptions, FileStatus, LocatedBlock};
-use sluice_common::{ExtendedBlock, MetaError, NodeId};
+use sluice_common::{DatanodeId, ExtendedBlock, MetaError, NodeId};
 use std::time::Instant;
 
 fn bad_previous(reason: String) -> MetaError {
@@ -81,6 +81,37 @@ impl State {
         }
     }
 
+    /// The pipeline of a new block: `replication` DataNodes, or as many as there are when
+    /// fewer are available but at least `replication.min` (HDFS's `chooseTarget4NewBlock`):
+    /// the block starts under-replicated and repair completes it once it is closed and a
+    /// DataNode is free. Fewer than `replication.min` is [`MetaError::NotEnoughDatanodes`].
+    fn place_new_block(
+        &mut self,
+        path: &NsPath,
+        replication: u16,
+        block_size: u64,
+        exclude: &[NodeId],
+    ) -> Result<Vec<DatanodeId>, MetaError> {
+        let req = |count| PlacementRequest {
+            count,
+            block_size,
+            existing: &[],
+            exclude,
+        };
+        match self.place(&req(usize::from(replication))) {
+            Err(MetaError::NotEnoughDatanodes { needed, available })
+                if available > 0 && available >= u32::from(self.cfg.min_replication) =>
+            {
+                tracing::warn!(
+                    %path, needed, available,
+                    "fewer DataNodes than the replication factor: the block starts under-replicated"
+                );
+                self.place(&req(available as usize))
+            }
+            r => r,
+        }
+    }
+
     /// Commits `previous`, allocates the next block and its pipeline.
     pub fn add_block(
         &mut self,
@@ -102,12 +133,7 @@ impl State {
             return Ok(retry);
         }
         self.check_previous(&blocks, previous)?;
-        let targets = self.place(&PlacementRequest {
-            count: usize::from(replication),
-            block_size,
-            existing: &[],
-            exclude,
-        })?;
+        let targets = self.place_new_block(&p, replication, block_size, exclude)?;
         let record = BlockRecord {
             id: self.ns.alloc_block_id(),
             gen_stamp: self.ns.alloc_gen_stamp(),

@@ -64,10 +64,30 @@ fn add_block_complete_flow() {
 #[test]
 fn add_block_argument_checks_and_abandon() {
     let mut s = must_state();
-    with_nodes(&mut s, 2);
     s.create("/f", &opts(CLIENT), Instant::now()).unwrap();
+    // No DataNode at all; then fewer than the replication factor but at least
+    // replication.min: the block starts on the ones there are (HDFS chooseTarget4NewBlock).
     assert_eq!(
         s.add_block("/f", CLIENT, None, &[]),
+        Err(MetaError::NotEnoughDatanodes {
+            needed: 3,
+            available: 0
+        })
+    );
+    with_nodes(&mut s, 2);
+    let two = s.add_block("/f", CLIENT, None, &[]).unwrap();
+    assert_eq!(two.locations.len(), 2);
+    s.abandon_block("/f", CLIENT, two.block).unwrap();
+    // Above replication.min only: with min 3, two DataNodes are not enough.
+    let strict_cfg = MetadataConfig {
+        min_replication: 3,
+        ..cfg()
+    };
+    let mut strict = open(&strict_cfg, Arc::new(SledStore::temporary().unwrap()));
+    with_nodes(&mut strict, 2);
+    strict.create("/f", &opts(CLIENT), Instant::now()).unwrap();
+    assert_eq!(
+        strict.add_block("/f", CLIENT, None, &[]),
         Err(MetaError::NotEnoughDatanodes {
             needed: 3,
             available: 2
