@@ -556,34 +556,80 @@ async fn a_set_up_failure_moves_the_block_elsewhere() {
         for j in 1..5 {
             faults.set(Link::between(j, 0), Fault::Cut);
         }
-        let fs = cluster.client().await.unwrap();
-        let data = random_bytes(2 * BLOCK as usize + 5000, 19);
-        let mut w = fs.create("/setup", opts()).await.unwrap();
-        w.write_all(&data).await.unwrap();
-        w.close().await.unwrap();
-        assert_eq!(
-            w.pipeline_recoveries(),
-            0,
-            "set-up failures are not recoveries"
-        );
-        let cut: u64 = std::iter::once(Link::client_to(0))
-            .chain((1..5).map(|j| Link::between(j, 0)))
-            .map(|l| faults.fired(l))
-            .sum();
-        assert!(
-            cut >= 3,
-            "each of the 3 blocks tried DataNode 0 first ({cut} cuts)"
-        );
-        let blocks = check_file(&fs, "/setup", &data).await;
+        let cuts = || -> u64 {
+            std::iter::once(Link::client_to(0))
+                .chain((1..5).map(|j| Link::between(j, 0)))
+                .map(|l| faults.fired(l))
+                .sum()
+        };
         let dn0 = cluster.datanode(0).unwrap().node_id().clone();
-        for lb in &blocks {
-            assert_eq!(lb.locations.len(), 3);
-            assert!(
-                lb.locations.iter().all(|d| d.node_id != dn0),
-                "{:?}",
-                lb.locations
+        let data = random_bytes(2 * BLOCK as usize + 5000, 19);
+        // Without the exclusion cache every block tries DataNode 0 first; with it (the
+        // default, HDFS's excludedNodes) only the first block does.
+        for (path, expiry, expect) in [("/setup-nocache", 0, 3), ("/setup", 600, 1)] {
+            let fs = cluster
+                .client_with(move |c| c.exclude_nodes_expiry = HumanDuration::secs(expiry))
+                .await
+                .unwrap();
+            let before = cuts();
+            let mut w = fs.create(path, opts()).await.unwrap();
+            w.write_all(&data).await.unwrap();
+            w.close().await.unwrap();
+            assert_eq!(
+                w.pipeline_recoveries(),
+                0,
+                "set-up failures are not recoveries"
             );
+            let cut = cuts() - before;
+            assert_eq!(cut, expect, "{path}: set-ups that tried DataNode 0");
+            let blocks = check_file(&fs, path, &data).await;
+            for lb in &blocks {
+                assert_eq!(lb.locations.len(), 3);
+                assert!(
+                    lb.locations.iter().all(|d| d.node_id != dn0),
+                    "{:?}",
+                    lb.locations
+                );
+            }
         }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+/// The writer's exclusion cache is a hint: when the DataNodes it excludes plus the one that
+/// just failed leave none to place a block on, the cached ones are tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn excluded_datanodes_are_tried_again_when_no_other_is_left() {
+    with_timeout(LIMIT, "exclusion cache fallback", async {
+        let cluster = builder().datanodes(2).replication(2).start().await.unwrap();
+        let faults = cluster.link_faults().unwrap().clone();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes(BLOCK as usize + 3000, 25);
+        // Block 1: DataNode 0 unreachable, so the block goes to DataNode 1 alone and the
+        // writer caches DataNode 0 as excluded.
+        faults.set(Link::client_to(0), Fault::Cut);
+        faults.set(Link::between(1, 0), Fault::Cut);
+        let mut w = fs.create("/fallback", opts()).await.unwrap();
+        w.write_all(&data[..BLOCK as usize]).await.unwrap();
+        w.hflush().await.unwrap();
+        // Block 2: now DataNode 1 is unreachable and DataNode 0 is back.
+        faults.clear_all();
+        faults.set(Link::client_to(1), Fault::Cut);
+        faults.set(Link::between(0, 1), Fault::Cut);
+        w.write_all(&data[BLOCK as usize..]).await.unwrap();
+        w.close().await.unwrap();
+        faults.clear_all();
+        let blocks = check_file(&fs, "/fallback", &data).await;
+        let ids: Vec<_> = (0..2)
+            .map(|i| cluster.datanode(i).unwrap().node_id().clone())
+            .collect();
+        assert_eq!(blocks.len(), 2);
+        assert!(
+            blocks[1].locations.iter().any(|d| d.node_id == ids[0]),
+            "block 2 went to the cached DataNode 0: {:?}",
+            blocks[1].locations
+        );
         cluster.shutdown().await;
     })
     .await
@@ -615,6 +661,8 @@ async fn a_hung_datanode_at_set_up_is_named_by_the_one_above_it() {
             .client_with(move |c| {
                 c.socket_timeout = t;
                 c.block_write_retries = 1;
+                // Every block meets the hung DataNode (no exclusion across blocks).
+                c.exclude_nodes_expiry = HumanDuration::secs(0);
             })
             .await
             .unwrap();

@@ -108,6 +108,9 @@ pub(crate) struct Streamer {
     hflushed: bool,
     /// DataNodes taken out of the current block's pipelines.
     failed: Vec<DatanodeId>,
+    /// DataNodes that failed a new block's set-up, and when: excluded from this writer's
+    /// next blocks for `write.exclude.nodes.cache.expiry` (HDFS's `excludedNodes` cache).
+    excluded: Vec<(NodeId, Instant)>,
     budget: RecoveryBudget,
     flush_waiters: Vec<oneshot::Sender<Result<FlushPoint, ClientError>>>,
     close_waiter: Option<oneshot::Sender<Result<(), ClientError>>>,
@@ -140,6 +143,7 @@ impl Streamer {
             closed_by_recovery: None,
             hflushed: false,
             failed: Vec::new(),
+            excluded: Vec::new(),
             budget: RecoveryBudget::default(),
             flush_waiters: Vec::new(),
             close_waiter: None,
@@ -490,7 +494,10 @@ impl Streamer {
     /// the bad DataNode when set-up fails (HDFS `nextBlockOutputStream`).
     async fn setup_block(&mut self) -> Result<Pipeline, ClientError> {
         let attempts = self.fs.cfg.block_write_retries + 1;
-        let mut excluded: Vec<NodeId> = Vec::new();
+        let expiry = self.fs.cfg.exclude_nodes_expiry.get();
+        self.excluded.retain(|(_, at)| at.elapsed() < expiry);
+        let cached: Vec<NodeId> = self.excluded.iter().map(|(n, _)| n.clone()).collect();
+        let mut excluded = cached.clone();
         let mut tried: Vec<String> = Vec::new();
         let mut last = String::new();
         self.failed.clear();
@@ -498,6 +505,14 @@ impl Streamer {
             let lb = match metadata::add_block(&self.fs, &self.path, self.previous, &excluded).await
             {
                 Ok(lb) => lb,
+                // The cache is a hint: when it leaves no DataNode, try its nodes again.
+                Err(ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
+                    if excluded.iter().any(|n| cached.contains(n)) =>
+                {
+                    excluded.retain(|n| !cached.contains(n));
+                    self.excluded.retain(|(n, _)| !cached.contains(n));
+                    continue;
+                }
                 // Excluding failed DataNodes left too few: report the whole story.
                 Err(ClientError::Meta(e @ MetaError::NotEnoughDatanodes { .. }))
                     if !excluded.is_empty() =>
@@ -520,6 +535,9 @@ impl Streamer {
                     let bad = f.bad.or_else(|| lb.locations.first().cloned());
                     if let Some(bad) = bad {
                         tried.push(bad.to_string());
+                        if !expiry.is_zero() {
+                            self.excluded.push((bad.node_id.clone(), Instant::now()));
+                        }
                         excluded.push(bad.node_id);
                     }
                     last = f.error.to_string();

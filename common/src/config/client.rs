@@ -56,6 +56,11 @@ pub struct ClientConfig {
     /// Times a new block's pipeline set-up is retried elsewhere before the write fails.
     #[serde(rename = "block.write.retries")]
     pub block_write_retries: u32,
+    /// How long a DataNode that failed a new block's set-up stays excluded from the writer's
+    /// later blocks (HDFS `dfs.client.write.exclude.nodes.cache.expiry.interval.millis`);
+    /// 0 excludes it for the failing block only.
+    #[serde(rename = "write.exclude.nodes.cache.expiry")]
+    pub exclude_nodes_expiry: HumanDuration,
     /// Replace failed pipeline DataNodes at all.
     #[serde(rename = "write.replace-datanode-on-failure.enable")]
     pub replace_enable: bool,
@@ -97,6 +102,7 @@ impl Default for ClientConfig {
             socket_timeout: HumanDuration::secs(60),
             rpc_timeout: HumanDuration::secs(30),
             block_write_retries: 3,
+            exclude_nodes_expiry: HumanDuration::secs(600),
             replace_enable: true,
             replace_policy: ReplacePolicy::Default,
             replace_best_effort: false,
