@@ -269,8 +269,9 @@ async fn dial(cfg: &ClientConfig) -> Result<ClientProtocolClient, ClientError> {
 }
 
 impl FsInner {
-    /// Calls the metadata service with the configured deadline. When the connection is found
-    /// broken it is re-established; the call is then retried once if it is `idempotent` (a
+    /// Calls the metadata service with the configured deadline (enforced here too, see
+    /// [`rpc::bounded`]). When the connection is found broken or the call times out, the
+    /// connection is re-established; the call is then retried once if it is `idempotent` (a
     /// non-idempotent call may have been executed before the connection broke).
     pub(crate) async fn call<T, F, Fut>(
         &self,
@@ -282,10 +283,16 @@ impl FsInner {
         F: Fn(ClientProtocolClient, tarpc::context::Context) -> Fut,
         Fut: Future<Output = Result<Result<T, MetaError>, RpcError>>,
     {
+        let timeout = self.cfg.rpc_timeout.get();
         let (generation, client) = self.current();
-        let ctx = rpc::context_with_timeout(self.cfg.rpc_timeout.get());
-        let r = f(client, ctx).await;
-        if !matches!(r, Err(RpcError::Shutdown) | Err(RpcError::Channel(_))) {
+        let ctx = rpc::context_with_timeout(timeout);
+        let r = rpc::bounded(timeout, f(client, ctx)).await;
+        // A connection that broke, or a call past its deadline (the channel may be wedged: a
+        // restart behind a port proxy), gets a new connection.
+        if !matches!(
+            r,
+            Err(RpcError::Shutdown) | Err(RpcError::Channel(_)) | Err(RpcError::DeadlineExceeded)
+        ) {
             return rpc_result(name, r);
         }
         debug!(call = name, "metadata connection broken; reconnecting");
@@ -296,8 +303,8 @@ impl FsInner {
         if !idempotent {
             return rpc_result(name, r);
         }
-        let ctx = rpc::context_with_timeout(self.cfg.rpc_timeout.get());
-        rpc_result(name, f(client, ctx).await)
+        let ctx = rpc::context_with_timeout(timeout);
+        rpc_result(name, rpc::bounded(timeout, f(client, ctx)).await)
     }
 
     fn current(&self) -> (u64, ClientProtocolClient) {

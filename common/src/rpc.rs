@@ -15,7 +15,7 @@ use crate::proto::ReplicaState;
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
 /// Preamble of a client-protocol connection.
@@ -451,6 +451,24 @@ pub fn context_with_timeout(timeout: Duration) -> tarpc::context::Context {
     ctx
 }
 
+/// How long past its deadline [`bounded`] lets a call run before abandoning it.
+pub const RPC_GRACE: Duration = Duration::from_secs(1);
+
+/// Awaits an RPC made with a `timeout` deadline, but never longer than `timeout` +
+/// [`RPC_GRACE`]: tarpc enforces the deadline inside its dispatch task, and a call made as its
+/// connection broke (a metadata service restarting behind docker's port proxy) was seen to
+/// wait on well past it. Past the bound the call is abandoned as
+/// [`tarpc::client::RpcError::DeadlineExceeded`]; callers should then drop the connection.
+pub async fn bounded<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, tarpc::client::RpcError>>,
+) -> Result<T, tarpc::client::RpcError> {
+    match tokio::time::timeout(timeout.saturating_add(RPC_GRACE), call).await {
+        Ok(r) => r,
+        Err(_) => Err(tarpc::client::RpcError::DeadlineExceeded),
+    }
+}
+
 /// The tarpc transport on an established stream (after the preamble).
 pub fn transport<Item, SinkItem>(
     stream: TcpStream,
@@ -474,7 +492,27 @@ async fn dial(addr: impl ToSocketAddrs, preamble: [u8; 4]) -> io::Result<TcpStre
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     stream.write_all(&preamble).await?;
-    Ok(stream)
+    // The service echoes the preamble once it has taken the connection. Without waiting for
+    // it, a connection accepted by something else on the port (docker's port proxy while the
+    // service restarts) looked established and its first call could hang.
+    let mut echo = [0u8; 4];
+    match stream.read_exact(&mut echo).await {
+        Ok(_) if echo == preamble => Ok(stream),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a Sluice metadata service: it answered {echo:?} to the preamble"),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the connection was closed before the metadata service accepted it",
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the service sends back on a new connection once it has read a known preamble.
+pub async fn accept_preamble(stream: &mut TcpStream, preamble: [u8; 4]) -> io::Result<()> {
+    stream.write_all(&preamble).await
 }
 
 /// Connects to the metadata service's client protocol.
@@ -489,4 +527,41 @@ pub async fn connect_datanode_protocol(
 ) -> io::Result<DatanodeProtocolClient> {
     let stream = dial(addr, DATANODE_PREAMBLE).await?;
     Ok(DatanodeProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Something that accepts and closes at once (docker's port proxy while the service is
+    /// down) is a connection error at once, not a client whose first call hangs.
+    #[tokio::test]
+    async fn a_port_that_accepts_and_closes_is_a_connect_error() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                drop(s);
+            }
+        });
+        let e = connect_client_protocol(addr).await.err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("before the metadata service accepted it")
+                || e.kind() == io::ErrorKind::ConnectionReset,
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_that_never_answers_is_abandoned_after_its_deadline_and_the_grace() {
+        let t0 = Instant::now();
+        let r: Result<(), _> = bounded(Duration::from_millis(10), std::future::pending()).await;
+        assert!(matches!(r, Err(tarpc::client::RpcError::DeadlineExceeded)));
+        let took = t0.elapsed();
+        assert!(took >= RPC_GRACE && took < RPC_GRACE * 10, "{took:?}");
+        // A call that answers in time is untouched.
+        let r = bounded(Duration::from_secs(5), async { Ok(7) }).await;
+        assert!(matches!(r, Ok(7)));
+    }
 }

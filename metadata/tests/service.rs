@@ -146,6 +146,10 @@ async fn bad_preamble_is_closed_and_the_server_stays_up() {
             .await
             .unwrap();
         s.write_all(b"SLC1\x00\x00\x00\x05hello").await.unwrap();
+        // A known preamble is echoed: the connection was taken by the service.
+        let mut echo = [0u8; 4];
+        s.read_exact(&mut echo).await.unwrap();
+        assert_eq!(&echo, b"SLC1");
         let _ = s.read(&mut buf).await;
         let st = r.client.stat(ctx(), "/".into()).await.unwrap().unwrap();
         assert_eq!(st.kind, FileKind::Directory);

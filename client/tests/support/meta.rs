@@ -393,6 +393,12 @@ pub async fn start_meta(datanodes: Vec<DatanodeId>) -> MetaHandle {
                 if sock.read_exact(&mut pre).await.is_err() || pre != CLIENT_PREAMBLE {
                     return;
                 }
+                if sluice_common::rpc::accept_preamble(&mut sock, pre)
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
                 let channel = BaseChannel::with_defaults(transport(sock));
                 let serve = channel
                     .execute(FakeMeta(st).serve())

@@ -112,11 +112,13 @@ async fn register(ctx: &Ctx) -> Result<DatanodeProtocolClient, String> {
         used: space.used,
         remaining: space.remaining,
     };
-    let resp = client
-        .register(rpc::context_with_timeout(RPC_TIMEOUT), reg)
-        .await
-        .map_err(|e| format!("register: {e}"))?
-        .map_err(|e| format!("register refused: {e}"))?;
+    let resp = rpc::bounded(
+        RPC_TIMEOUT,
+        client.register(rpc::context_with_timeout(RPC_TIMEOUT), reg),
+    )
+    .await
+    .map_err(|e| format!("register: {e}"))?
+    .map_err(|e| format!("register refused: {e}"))?;
     ctx.metrics.registrations.inc();
     ctx.set_registered(true);
     tracing::info!(metadata = %addr, id = %ctx.id, heartbeat_ms = resp.heartbeat_interval_ms, "registered");
@@ -193,13 +195,15 @@ async fn block_report(ctx: &Ctx, client: &DatanodeProtocolClient) -> Result<(), 
     let replicas = ds.report();
     let n = replicas.len();
     let unknown = classify(
-        client
-            .block_report(
+        rpc::bounded(
+            RPC_TIMEOUT,
+            client.block_report(
                 rpc::context_with_timeout(RPC_TIMEOUT),
                 ctx.node_id.clone(),
                 replicas,
-            )
-            .await,
+            ),
+        )
+        .await,
     )?;
     ctx.metrics.block_reports_sent.inc();
     tracing::info!(replicas = n, unknown, "full block report sent");
@@ -213,13 +217,15 @@ async fn send_events(ctx: &Ctx, client: &DatanodeProtocolClient) -> bool {
         return true;
     }
     let n = events.len() as u64;
-    let r = client
-        .block_received(
+    let r = rpc::bounded(
+        RPC_TIMEOUT,
+        client.block_received(
             rpc::context_with_timeout(RPC_TIMEOUT),
             ctx.node_id.clone(),
             events.clone(),
-        )
-        .await;
+        ),
+    )
+    .await;
     match classify(r) {
         Ok(()) => {
             ctx.metrics.replica_events_sent.add(n);
@@ -249,9 +255,11 @@ async fn heartbeat(
         transfers_in_progress: ctx.metrics.replication_transfers_active.get().max(0) as u32,
     };
     let resp = classify(
-        client
-            .heartbeat(rpc::context_with_timeout(RPC_TIMEOUT), hb)
-            .await,
+        rpc::bounded(
+            RPC_TIMEOUT,
+            client.heartbeat(rpc::context_with_timeout(RPC_TIMEOUT), hb),
+        )
+        .await,
     )?;
     ctx.metrics.heartbeats_sent.inc();
     let mut reregister = false;

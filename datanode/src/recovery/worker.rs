@@ -48,10 +48,8 @@ async fn commit(client: &DatanodeProtocolClient, sync: BlockSync) -> Result<()> 
         addr: "the metadata service".into(),
         reason,
     };
-    match client
-        .commit_block_synchronization(rpc::context_with_timeout(COMMIT_TIMEOUT), sync)
-        .await
-    {
+    let call = client.commit_block_synchronization(rpc::context_with_timeout(COMMIT_TIMEOUT), sync);
+    match rpc::bounded(COMMIT_TIMEOUT, call).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(failed(format!("commit_block_synchronization refused: {e}"))),
         Err(e) => Err(failed(format!("commit_block_synchronization: {e}"))),

@@ -168,6 +168,12 @@ pub async fn fake_meta_on(addr: SocketAddr) -> (SocketAddr, FakeMeta) {
                 if stream.read_exact(&mut pre).await.is_err() || pre != DATANODE_PREAMBLE {
                     return;
                 }
+                if sluice_common::rpc::accept_preamble(&mut stream, pre)
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
                 BaseChannel::with_defaults(transport(stream))
                     .execute(m.serve())
                     .for_each(|f| async move {

@@ -86,6 +86,12 @@ async fn connection(
             return;
         }
     }
+    if matches!(preamble, CLIENT_PREAMBLE | DATANODE_PREAMBLE) {
+        if let Err(e) = sluice_common::rpc::accept_preamble(&mut stream, preamble).await {
+            tracing::debug!(%peer, error = %e, "connection closed before its preamble echo");
+            return;
+        }
+    }
     match preamble {
         CLIENT_PREAMBLE => {
             let requests = BaseChannel::with_defaults(transport(stream))
