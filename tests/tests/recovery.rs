@@ -10,7 +10,7 @@ use sluice_client::{ClientError, FileSystem, FileWriter, WriteOptions};
 use sluice_common::config::{HumanDuration, ReplacePolicy};
 use sluice_common::rpc::{Health, LocatedBlock};
 use sluice_common::{DatanodeId, ExtendedBlock, Status};
-use sluice_tests::proxy::{Fault, Link};
+use sluice_tests::proxy::{Fault, Link, LinkFaults};
 use sluice_tests::raw::RawConn;
 use sluice_tests::{random_bytes, read_all, wait_until, with_timeout, MiniCluster};
 use std::collections::HashSet;
@@ -54,6 +54,32 @@ async fn pipeline_of(w: &FileWriter) -> Vec<DatanodeId> {
 async fn wait_recovered(w: &FileWriter, n: u64) {
     let what = format!("{n} pipeline recoveries");
     wait_until(WAIT, &what, || async { w.pipeline_recoveries() >= n }).await;
+}
+
+/// The rack of DataNode `i` when DataNode 0 sits alone on its rack, so the rack policy puts
+/// it in every pipeline.
+fn rack_of(i: usize) -> String {
+    if i == 0 { "/r1" } else { "/r2" }.into()
+}
+
+/// Applies `fault` to every link into DataNode 0: from the client and from DataNodes 1-4.
+fn fault_into_datanode0(faults: &LinkFaults, fault: Fault) {
+    faults.set(Link::client_to(0), fault.clone());
+    for j in 1..5 {
+        faults.set(Link::between(j, 0), fault.clone());
+    }
+}
+
+/// No block of `blocks` is located on DataNode 0.
+fn assert_none_on_datanode0(cluster: &MiniCluster, blocks: &[LocatedBlock]) {
+    let dn0 = cluster.datanode(0).unwrap().node_id().clone();
+    for lb in blocks {
+        assert!(
+            lb.locations.iter().all(|d| d.node_id != dn0),
+            "{:?}",
+            lb.locations
+        );
+    }
 }
 
 fn index_of(cluster: &MiniCluster, dn: &DatanodeId) -> usize {
@@ -547,22 +573,18 @@ async fn a_set_up_failure_moves_the_block_elsewhere() {
     with_timeout(LIMIT, "set-up failure", async {
         // DataNode 0 alone on its rack: the rack policy puts it in every pipeline.
         let cluster = builder()
-            .configure_datanodes(|i, c| c.rack = if i == 0 { "/r1" } else { "/r2" }.into())
+            .configure_datanodes(|i, c| c.rack = rack_of(i))
             .start()
             .await
             .unwrap();
         let faults = cluster.link_faults().unwrap().clone();
-        faults.set(Link::client_to(0), Fault::Cut);
-        for j in 1..5 {
-            faults.set(Link::between(j, 0), Fault::Cut);
-        }
+        fault_into_datanode0(&faults, Fault::Cut);
         let cuts = || -> u64 {
             std::iter::once(Link::client_to(0))
                 .chain((1..5).map(|j| Link::between(j, 0)))
                 .map(|l| faults.fired(l))
                 .sum()
         };
-        let dn0 = cluster.datanode(0).unwrap().node_id().clone();
         let data = random_bytes(2 * BLOCK as usize + 5000, 19);
         // Without the exclusion cache every block tries DataNode 0 first; with it (the
         // default, HDFS's excludedNodes) only the first block does.
@@ -583,14 +605,8 @@ async fn a_set_up_failure_moves_the_block_elsewhere() {
             let cut = cuts() - before;
             assert_eq!(cut, expect, "{path}: set-ups that tried DataNode 0");
             let blocks = check_file(&fs, path, &data).await;
-            for lb in &blocks {
-                assert_eq!(lb.locations.len(), 3);
-                assert!(
-                    lb.locations.iter().all(|d| d.node_id != dn0),
-                    "{:?}",
-                    lb.locations
-                );
-            }
+            assert!(blocks.iter().all(|lb| lb.locations.len() == 3));
+            assert_none_on_datanode0(&cluster, &blocks);
         }
         cluster.shutdown().await;
     })
@@ -646,17 +662,14 @@ async fn a_hung_datanode_at_set_up_is_named_by_the_one_above_it() {
         let t = HumanDuration::secs(2);
         let cluster = builder()
             .configure_datanodes(move |i, c| {
-                c.rack = if i == 0 { "/r1" } else { "/r2" }.into();
+                c.rack = rack_of(i);
                 c.socket_timeout = t;
             })
             .start()
             .await
             .unwrap();
         let faults = cluster.link_faults().unwrap().clone();
-        faults.set(Link::client_to(0), Fault::Stall);
-        for j in 1..5 {
-            faults.set(Link::between(j, 0), Fault::Stall);
-        }
+        fault_into_datanode0(&faults, Fault::Stall);
         let fs = cluster
             .client_with(move |c| {
                 c.socket_timeout = t;
@@ -672,14 +685,7 @@ async fn a_hung_datanode_at_set_up_is_named_by_the_one_above_it() {
         w.close().await.unwrap();
         faults.clear_all();
         let blocks = check_file(&fs, "/hung", &data).await;
-        let dn0 = cluster.datanode(0).unwrap().node_id().clone();
-        for lb in &blocks {
-            assert!(
-                lb.locations.iter().all(|d| d.node_id != dn0),
-                "{:?}",
-                lb.locations
-            );
-        }
+        assert_none_on_datanode0(&cluster, &blocks);
         cluster.shutdown().await;
     })
     .await
