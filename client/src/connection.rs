@@ -3,10 +3,11 @@
 
 use crate::error::ClientError;
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
 use sluice_common::checksum;
 use sluice_common::frame::{Frame, FrameCodec};
+use sluice_common::framed::{self, TimedError};
 use sluice_common::proto::{ChunkHeader, Message, Op, OpResponse, PROTOCOL_VERSION};
+use sluice_common::token::BlockToken;
 use sluice_common::{BlockId, ChecksumError, DatanodeId, Status};
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,11 +71,16 @@ impl DnConnection {
         send_frame(&mut self.framed, frame, &self.node, self.timeout).await
     }
 
-    /// Sends an `Op` with this build's protocol version.
-    pub(crate) async fn send_op(&mut self, op: Op) -> Result<(), ClientError> {
+    /// Sends an `Op` with this build's protocol version and the block access token for it.
+    pub(crate) async fn send_op(
+        &mut self,
+        op: Op,
+        token: Option<&BlockToken>,
+    ) -> Result<(), ClientError> {
         self.send(Frame::new(Message::Op {
             version: PROTOCOL_VERSION,
             op,
+            token: token.cloned(),
         }))
         .await
     }
@@ -118,7 +124,7 @@ impl DnConnection {
     }
 }
 
-/// Sends one frame within `timeout`.
+/// Sends one frame within `timeout` ([`framed::send_within`]).
 pub(crate) async fn send_frame<S>(
     sink: &mut S,
     frame: Frame<Message>,
@@ -128,18 +134,12 @@ pub(crate) async fn send_frame<S>(
 where
     S: futures::Sink<Frame<Message>, Error = sluice_common::FrameError> + Unpin,
 {
-    match tokio::time::timeout(timeout, sink.send(frame)).await {
-        Err(_) => Err(ClientError::Timeout {
-            node: node.to_string(),
-            what: "sending a frame",
-            after: timeout,
-        }),
-        Ok(Err(e)) => Err(frame_error(node, "send", e)),
-        Ok(Ok(())) => Ok(()),
-    }
+    framed::send_within(sink, frame, timeout)
+        .await
+        .map_err(|e| timed_error(node, "sending a frame", "send", e))
 }
 
-/// Receives one frame within `timeout`.
+/// Receives one frame within `timeout` ([`framed::recv_within`]); a close is an error.
 pub(crate) async fn recv_frame<S>(
     stream: &mut S,
     node: &str,
@@ -149,18 +149,25 @@ pub(crate) async fn recv_frame<S>(
 where
     S: futures::Stream<Item = Result<Frame<Message>, sluice_common::FrameError>> + Unpin,
 {
-    match tokio::time::timeout(timeout, stream.next()).await {
-        Err(_) => Err(ClientError::Timeout {
-            node: node.to_string(),
-            what,
-            after: timeout,
-        }),
+    match framed::recv_within(stream, timeout).await {
+        Ok(Some(f)) => Ok(f),
         Ok(None) => Err(ClientError::Closed {
             node: node.to_string(),
             what,
         }),
-        Ok(Some(Err(e))) => Err(frame_error(node, "receive", e)),
-        Ok(Some(Ok(f))) => Ok(f),
+        Err(e) => Err(timed_error(node, what, "receive", e)),
+    }
+}
+
+/// Maps a timed step's failure: a timeout names `what` was awaited, a codec error `op`.
+fn timed_error(node: &str, what: &'static str, op: &'static str, e: TimedError) -> ClientError {
+    match e {
+        TimedError::Timeout(after) => ClientError::Timeout {
+            node: node.to_string(),
+            what,
+            after,
+        },
+        TimedError::Frame(e) => frame_error(node, op, e),
     }
 }
 

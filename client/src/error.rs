@@ -6,7 +6,8 @@
 //! error is reported again by every later `write`, `hflush` and `close`.
 
 use sluice_common::config::ConfigError;
-use sluice_common::{BlockId, ChecksumError, FrameError, MetaError, Status};
+use sluice_common::proto::BlockStage;
+use sluice_common::{BlockId, ChecksumError, DatanodeId, FrameError, MetaError, Status};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,29 +107,27 @@ pub enum ClientError {
         /// The timeout.
         after: Duration,
     },
-    /// A write pipeline failed; `node` is the DataNode blamed (HDFS's bad node index).
-    #[error("write pipeline for {block} failed at DataNode {node} (position {index}): {reason}")]
+    /// A write pipeline failed at a DataNode: [`PipelineFailure::node`] is the one blamed
+    /// (HDFS's bad node index), the variant says how.
+    #[error("write pipeline for {block} failed: {failure}")]
     Pipeline {
         /// The block being written.
         block: BlockId,
-        /// The DataNode blamed.
-        node: String,
-        /// Its position in the pipeline (0 = first).
-        index: usize,
-        /// What happened.
-        reason: String,
+        /// What failed, and where.
+        failure: Box<PipelineFailure>,
     },
     /// No pipeline could be set up for a new block.
-    #[error("could not set up a pipeline for a new block of {path} after {attempts} attempts (DataNodes tried: {}): {last}", tried.join(", "))]
+    #[error("could not set up a pipeline for a new block of {path} after {attempts} attempts (DataNodes tried: {}): {last}", list(tried))]
     PipelineSetup {
         /// The file.
         path: String,
         /// Attempts made.
         attempts: u32,
-        /// DataNodes excluded along the way.
-        tried: Vec<String>,
-        /// The last failure.
-        last: String,
+        /// DataNodes excluded along the way, blamed by the failed set-ups.
+        tried: Vec<DatanodeId>,
+        /// The last failure: a [`ClientError::Pipeline`] set-up failure, or the metadata
+        /// service's refusal to place the block once the failed DataNodes were excluded.
+        last: Box<ClientError>,
     },
     /// `complete` did not succeed before its deadline (the last block was not reported).
     #[error("could not complete {path} within {after:?}: the last block is not yet reported by the DataNodes")]
@@ -195,27 +194,28 @@ pub enum ClientError {
     /// Pipeline recovery ran out of DataNodes: every DataNode of the block's pipeline failed
     /// (HDFS "All datanodes [...] are bad. Aborting..."). Nothing past the last acknowledged
     /// byte is claimed.
-    #[error("all DataNodes of the write pipeline for {block} are bad ({}); last failure: {last}", nodes.join(", "))]
+    #[error(
+        "all DataNodes of the write pipeline for {block} are bad ({}); last failure: {last}",
+        list(nodes)
+    )]
     AllDatanodesBad {
         /// The block being written.
         block: BlockId,
         /// Every DataNode taken out of the block's pipeline, in the order they failed.
-        nodes: Vec<String>,
+        nodes: Vec<DatanodeId>,
         /// The last failure.
-        last: String,
+        last: Box<PipelineFailure>,
     },
     /// The same packet failed pipeline recovery too many times without any packet being
     /// acknowledged in between (HDFS "Tried pipeline recovery 5 times without success").
-    #[error("failing the write of {block}: tried pipeline recovery {attempts} times without success; last failure at DataNode {node}: {last}")]
+    #[error("failing the write of {block}: tried pipeline recovery {attempts} times without success; last failure: {last}")]
     RecoveryLimit {
         /// The block being written.
         block: BlockId,
         /// Recoveries tried for the packet.
         attempts: u32,
-        /// The DataNode blamed for the last failure.
-        node: String,
-        /// The last failure.
-        last: String,
+        /// The last failure (it names the DataNode blamed).
+        last: Box<PipelineFailure>,
     },
     /// The replace-DataNode-on-failure policy asked for a replacement and none could be added
     /// (HDFS "Failed to replace a bad datanode on the existing pipeline due to no more good
@@ -229,8 +229,152 @@ pub enum ClientError {
         /// DataNodes left in the pipeline.
         survivors: usize,
         /// Why no replacement was added.
+        reason: Box<ReplaceFailure>,
+    },
+}
+
+/// How a write pipeline failed, naming the DataNode blamed ([`PipelineFailure::node`]): the one
+/// taken out of the pipeline (recovery) or excluded (set-up of a new block).
+#[derive(Debug, Clone, Error)]
+pub enum PipelineFailure {
+    /// A DataNode's slot in an ack carries an error status (the first non-`SUCCESS` reply).
+    #[error("DataNode {node} reported {status} in the ack for seqno {seqno}")]
+    ErrorAck {
+        /// The DataNode whose reply is not `SUCCESS`.
+        node: DatanodeId,
+        /// The acknowledged packet.
+        seqno: i64,
+        /// Its status.
+        status: Status,
+    },
+    /// An ack has fewer replies than the pipeline has DataNodes; the first missing one is
+    /// blamed.
+    #[error("the ack for seqno {seqno} has {replies} replies for a pipeline of {pipeline}: none from DataNode {node}")]
+    ShortAck {
+        /// The first DataNode without a reply.
+        node: DatanodeId,
+        /// The acknowledged packet.
+        seqno: i64,
+        /// Replies in the ack.
+        replies: usize,
+        /// DataNodes in the pipeline.
+        pipeline: usize,
+    },
+    /// The first DataNode broke the ack protocol (an unexpected message or seqno).
+    #[error("DataNode {node} broke the ack protocol: {reason}")]
+    AckProtocol {
+        /// The first DataNode.
+        node: DatanodeId,
+        /// What was wrong.
         reason: String,
     },
+    /// No ack arrived within the ack timeout.
+    #[error("no ack from DataNode {node} within {after:?}")]
+    AckTimeout {
+        /// The first DataNode.
+        node: DatanodeId,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The connection to the first DataNode failed: a send or read failed, or it closed.
+    #[error("the connection to DataNode {node} failed: {error}")]
+    Connection {
+        /// The first DataNode.
+        node: DatanodeId,
+        /// The socket or frame error.
+        error: Box<ClientError>,
+    },
+    /// Setting the pipeline up failed. `node` is the `first_bad_link` the first DataNode
+    /// named when it is one of the pipeline's DataNodes, else the first DataNode.
+    #[error("pipeline set-up ({stage:?}) failed at DataNode {node}: {error}")]
+    Setup {
+        /// The DataNode blamed.
+        node: DatanodeId,
+        /// The stage set up.
+        stage: BlockStage,
+        /// The first DataNode's answer ([`ClientError::Datanode`] with its status) or the
+        /// connection's failure.
+        error: Box<ClientError>,
+    },
+}
+
+impl PipelineFailure {
+    /// The DataNode blamed.
+    pub fn node(&self) -> &DatanodeId {
+        match self {
+            PipelineFailure::ErrorAck { node, .. }
+            | PipelineFailure::ShortAck { node, .. }
+            | PipelineFailure::AckProtocol { node, .. }
+            | PipelineFailure::AckTimeout { node, .. }
+            | PipelineFailure::Connection { node, .. }
+            | PipelineFailure::Setup { node, .. } => node,
+        }
+    }
+
+    /// The status a DataNode answered, when the failure is one.
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            PipelineFailure::ErrorAck { status, .. } => Some(*status),
+            PipelineFailure::Setup { error, .. } => match error.as_ref() {
+                ClientError::Datanode { status, .. } => Some(*status),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Why no replacement DataNode could be added to a pipeline (HDFS
+/// `addDatanode2ExistingPipeline`), with the copies that failed along the way.
+#[derive(Debug, Clone, Error)]
+pub enum ReplaceFailure {
+    /// The metadata service has no more good DataNodes to offer.
+    #[error(
+        "no more good DataNodes available to try ({error}){}",
+        copies_text(copies)
+    )]
+    NoMoreDatanodes {
+        /// Its refusal (`NotEnoughDatanodes`).
+        error: MetaError,
+        /// Copies to earlier candidates that failed.
+        copies: Vec<CopyFailure>,
+    },
+    /// The metadata service answered with no DataNode.
+    #[error("the metadata service offered no DataNode{}", copies_text(copies))]
+    NoneOffered {
+        /// Copies to earlier candidates that failed.
+        copies: Vec<CopyFailure>,
+    },
+    /// Copying the replica to every candidate tried failed.
+    #[error("every copy to a replacement failed{}", copies_text(copies))]
+    CopiesFailed {
+        /// The copies, in order.
+        copies: Vec<CopyFailure>,
+    },
+}
+
+/// A failed copy of the acknowledged replica to a candidate replacement (`TransferRbw`).
+#[derive(Debug, Clone, Error)]
+#[error("copy from {from} to {to} failed: {error}")]
+pub struct CopyFailure {
+    /// The surviving DataNode asked to copy.
+    pub from: DatanodeId,
+    /// The candidate (excluded afterwards).
+    pub to: DatanodeId,
+    /// What failed.
+    pub error: Box<ClientError>,
+}
+
+fn list(nodes: &[DatanodeId]) -> String {
+    nodes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn copies_text(copies: &[CopyFailure]) -> String {
+    copies.iter().map(|c| format!("; {c}")).collect()
 }
 
 impl From<ConfigError> for ClientError {
@@ -288,9 +432,11 @@ impl ClientError {
                 K::InvalidInput
             }
             ClientError::WriterClosed { .. } => K::BrokenPipe,
-            ClientError::AllDatanodesBad { .. } | ClientError::RecoveryLimit { .. } => {
-                K::BrokenPipe
-            }
+            ClientError::AllDatanodesBad { .. }
+            | ClientError::RecoveryLimit { .. }
+            | ClientError::ReplaceDatanode { .. }
+            | ClientError::Pipeline { .. }
+            | ClientError::PipelineSetup { .. } => K::BrokenPipe,
             _ => K::Other,
         }
     }

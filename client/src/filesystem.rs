@@ -8,14 +8,15 @@ use crate::read::{FileReader, ReadOptions};
 use crate::write::{FileWriter, WriteOptions};
 use sluice_common::config::ClientConfig;
 use sluice_common::rpc::{
-    self, ClientProtocolClient, ClusterReport, CreateOptions, FileStatus, FsckReport, LocatedBlocks,
+    self, ClientProtocolClient, ClusterReport, CreateOptions, FileStatus, FsckReport, LocatedBlock,
+    LocatedBlocks,
 };
-use sluice_common::MetaError;
+use sluice_common::{ExtendedBlock, MetaError};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tarpc::client::RpcError;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// Options of [`FileSystem::connect_with`] beyond the configuration file.
 #[derive(Debug, Clone)]
@@ -139,6 +140,95 @@ impl FileSystem {
         FileWriter::start(Arc::clone(&self.inner), status)
     }
 
+    /// Reopens a closed file for appending (HDFS `append`): the writer continues after the
+    /// file's last byte. A partial last block is continued in place: its DataNodes reopen
+    /// their replicas under a new generation stamp, and the block's last partial chunk is
+    /// read back here and re-sent with the first new bytes, so that its checksum covers the
+    /// whole chunk. A full last block (or an empty file) makes the first byte start a new
+    /// block. Fails with a lease conflict while another writer holds the file open.
+    pub async fn append(&self, path: &str) -> Result<FileWriter, ClientError> {
+        let p = path.to_string();
+        let client = self.inner.client_name.clone();
+        let append = self
+            .inner
+            .call("append", false, |c, ctx| {
+                let (p, client) = (p.clone(), client.clone());
+                async move { c.append(ctx, p, client).await }
+            })
+            .await?;
+        let tail = match &append.last_block {
+            Some(lb) => match self.partial_chunk(path, lb).await {
+                Ok(t) => t,
+                Err(e) => {
+                    self.close_unchanged(path, lb.block).await;
+                    return Err(e);
+                }
+            },
+            None => Vec::new(),
+        };
+        debug!(
+            path,
+            length = append.status.length,
+            partial = append.last_block.is_some(),
+            "reopened for append"
+        );
+        let last = append.last_block.as_ref().map(|lb| lb.block);
+        match FileWriter::start_append(Arc::clone(&self.inner), append, tail).await {
+            Ok(w) => Ok(w),
+            Err(e) => {
+                if let Some(b) = last {
+                    self.close_unchanged(path, b).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The last partial checksum chunk of the block `lb` (empty when it ends on a chunk
+    /// boundary), read from its replicas.
+    async fn partial_chunk(&self, path: &str, lb: &LocatedBlock) -> Result<Vec<u8>, ClientError> {
+        let bpc = u64::from(self.inner.cfg.bytes_per_checksum);
+        let len = (lb.block.num_bytes % bpc) as usize;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let start = lb.offset + lb.block.num_bytes - len as u64;
+        let reader = self.open(path).await?;
+        let mut tail = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            let n = reader.read_at(start + got as u64, &mut tail[got..]).await?;
+            if n == 0 {
+                return Err(ClientError::protocol(
+                    "DataNode",
+                    format!(
+                        "{path}: the last block ends at {} bytes, {} expected",
+                        start + got as u64,
+                        lb.offset + lb.block.num_bytes
+                    ),
+                ));
+            }
+            got += n;
+        }
+        Ok(tail)
+    }
+
+    /// Closes a file reopened for append whose writer could not start, its last block as it
+    /// was (best effort: otherwise the file waits for lease recovery).
+    async fn close_unchanged(&self, path: &str, last: ExtendedBlock) {
+        let (p, client) = (path.to_string(), self.inner.client_name.clone());
+        let r = self
+            .inner
+            .call("complete", true, |c, ctx| {
+                let (p, client) = (p.clone(), client.clone());
+                async move { c.complete(ctx, p, client, Some(last)).await }
+            })
+            .await;
+        if let Err(e) = r {
+            warn!(path, error = %e, "closing the file after a failed append");
+        }
+    }
+
     /// Opens a file for reading with the configured read mode.
     pub async fn open(&self, path: &str) -> Result<FileReader, ClientError> {
         self.open_with(path, ReadOptions::default()).await
@@ -235,6 +325,18 @@ impl FileSystem {
             .call("recover_lease", true, |c, ctx| {
                 let (p, client) = (p.clone(), client.clone());
                 async move { c.recover_lease(ctx, p, client).await }
+            })
+            .await
+    }
+
+    /// Sets a file's replication factor; the metadata service then brings every block of the
+    /// file to it (watch with [`FileSystem::fsck`]).
+    pub async fn set_replication(&self, path: &str, replication: u16) -> Result<(), ClientError> {
+        let p = path.to_string();
+        self.inner
+            .call("set_replication", true, |c, ctx| {
+                let p = p.clone();
+                async move { c.set_replication(ctx, p, replication).await }
             })
             .await
     }

@@ -3,6 +3,7 @@
 //! - [`filesystem`]: the entry point — metadata RPCs, `create`, `open`, namespace operations.
 //! - [`write`]: [`FileWriter`] and its streamer task (packets, pipeline, ack queue).
 //! - [`read`]: [`FileReader`] (stream mode, chunk mode, positioned reads, failover).
+//! - [`checksum`]: file checksums ([`FileChecksum`], COMPOSITE-CRC32C).
 //! - [`error`]: the error type, [`ClientError`].
 //! - `connection`: framed data-transfer connections to DataNodes.
 //! - `lease`: the lease renewer.
@@ -10,14 +11,16 @@
 //! The library depends on `sluice-common` only; the wire protocols are described in
 //! `docs/protocol.md` and the client's behaviour in `docs/client.md`.
 
+pub mod checksum;
 mod connection;
-pub mod error;
-pub mod filesystem;
+pub(crate) mod error;
+pub(crate) mod filesystem;
 mod lease;
-pub mod read;
-pub mod write;
+pub(crate) mod read;
+pub(crate) mod write;
 
-pub use error::ClientError;
+pub use checksum::{FileChecksum, COMPOSITE_CRC32C};
+pub use error::{ClientError, CopyFailure, PipelineFailure, ReplaceFailure};
 pub use filesystem::{ConnectOptions, FileSystem};
 pub use read::{FileReader, ReadOptions};
 pub use sluice_common::config::{ClientConfig, ReadMode};

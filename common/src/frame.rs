@@ -28,6 +28,9 @@ pub const PREFIX_LEN: usize = 8;
 /// with room to spare.
 pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
 
+/// Most the decoder grows its buffer by ahead of the bytes that arrived.
+pub const GROW_STEP: usize = 64 * 1024;
+
 /// Largest header accepted, whatever the frame size.
 pub const MAX_HEADER_LEN: usize = 1024 * 1024;
 
@@ -134,7 +137,9 @@ impl<M: DeserializeOwned> Decoder for FrameCodec<M> {
             });
         }
         if src.len() < 4 + frame_len {
-            src.reserve(4 + frame_len - src.len());
+            // Grow with the bytes that arrive, never by what a peer merely announces: a
+            // 4-byte prefix claiming 16 MiB must not cost 16 MiB (issue 11).
+            src.reserve((4 + frame_len - src.len()).min(GROW_STEP));
             return Ok(None);
         }
         let header_len = u32::from_be_bytes([src[4], src[5], src[6], src[7]]) as usize;
@@ -162,22 +167,35 @@ impl<M: DeserializeOwned> Decoder for FrameCodec<M> {
     }
 }
 
+/// The bytes of a frame before its payload — `frame_len`, `header_len` and the encoded header —
+/// for a payload of `payload_len` bytes; refused when the frame would exceed `max_frame`.
+pub fn encode_prefix<M: Serialize>(
+    header: &M,
+    payload_len: usize,
+    max_frame: usize,
+) -> Result<Vec<u8>, FrameError> {
+    let header = encode_header(header)?;
+    let frame_len = 4 + header.len() + payload_len;
+    if frame_len > max_frame {
+        return Err(FrameError::TooLarge {
+            len: frame_len as u64,
+            max: max_frame as u64,
+        });
+    }
+    let mut head = Vec::with_capacity(PREFIX_LEN + header.len());
+    head.put_u32(frame_len as u32);
+    head.put_u32(header.len() as u32);
+    head.put_slice(&header);
+    Ok(head)
+}
+
 impl<M: Serialize> Encoder<Frame<M>> for FrameCodec<M> {
     type Error = FrameError;
 
     fn encode(&mut self, frame: Frame<M>, dst: &mut BytesMut) -> Result<(), FrameError> {
-        let header = encode_header(&frame.header)?;
-        let frame_len = 4 + header.len() + frame.payload.len();
-        if frame_len > self.max_frame {
-            return Err(FrameError::TooLarge {
-                len: frame_len as u64,
-                max: self.max_frame as u64,
-            });
-        }
-        dst.reserve(4 + frame_len);
-        dst.put_u32(frame_len as u32);
-        dst.put_u32(header.len() as u32);
-        dst.put_slice(&header);
+        let head = encode_prefix(&frame.header, frame.payload.len(), self.max_frame)?;
+        dst.reserve(head.len() + frame.payload.len());
+        dst.put_slice(&head);
         dst.put_slice(&frame.payload);
         Ok(())
     }
@@ -192,6 +210,32 @@ mod tests {
     enum Msg {
         Ping { n: u64 },
         Data { offset: u64, len: u32 },
+    }
+
+    #[test]
+    fn an_announced_length_reserves_nothing_until_the_bytes_arrive() {
+        let mut codec = FrameCodec::<Msg>::new(DEFAULT_MAX_FRAME);
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&(DEFAULT_MAX_FRAME as u32).to_be_bytes());
+        src.extend_from_slice(&[0, 0, 0, 4]);
+        assert!(codec.decode(&mut src).unwrap().is_none());
+        assert!(
+            src.capacity() <= 2 * GROW_STEP,
+            "capacity {}",
+            src.capacity()
+        );
+        // A whole large frame still decodes as it arrives piece by piece.
+        let f = Frame::with_payload(Msg::Ping { n: 1 }, Bytes::from(vec![7u8; 3 << 20]));
+        let all = encode(f.clone(), DEFAULT_MAX_FRAME);
+        let mut src = BytesMut::new();
+        let mut got = None;
+        for piece in all.chunks(100_000) {
+            src.extend_from_slice(piece);
+            if let Some(d) = codec.decode(&mut src).unwrap() {
+                got = Some(d);
+            }
+        }
+        assert_eq!(got, Some(f));
     }
 
     fn encode(frame: Frame<Msg>, max: usize) -> BytesMut {

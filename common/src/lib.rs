@@ -4,21 +4,34 @@
 //! - [`checksum`]: CRC32C per checksum chunk (512 bytes by default, as HDFS).
 //! - [`status`]: stable wire status codes carried by data-transfer responses and acks.
 //! - [`frame`]: the length-prefixed data-transfer frame codec (bincode header + raw payload).
+//! - [`framed`]: sending and receiving frames within a time limit.
+//! - [`html`]: escaping for the services' web pages.
 //! - [`proto`]: the data-transfer messages (ops, packets, acks, read chunks).
 //! - [`rpc`]: the tarpc control-plane services (client protocol, DataNode protocol) and their types.
+//! - [`auth`]: the cluster secret and the challenge DataNodes answer to join the cluster.
+//! - [`token`]: block access tokens (HMAC-SHA256), their keys and their checks.
 //! - [`error`]: typed errors shared across crates.
 //! - [`config`]: the configuration file and environment loading, with validation.
-//! - [`telemetry`]: tracing set-up for the binaries.
+//! - [`ready`]: the JSON line a service binary prints to stdout once its sockets are bound.
+//! - [`webhdfs`]: WebHDFS parameters, JSON documents and `RemoteException` errors.
+//! - `telemetry` (cargo feature `telemetry`): tracing set-up for the binaries.
 
+pub mod auth;
 pub mod checksum;
 pub mod config;
 pub mod error;
 pub mod frame;
+pub mod framed;
+pub mod html;
 pub mod ids;
 pub mod proto;
+pub mod ready;
 pub mod rpc;
 pub mod status;
+#[cfg(feature = "telemetry")]
 pub mod telemetry;
+pub mod token;
+pub mod webhdfs;
 
 pub use error::{ChecksumError, FrameError, MetaError};
 pub use ids::{BlockId, DatanodeId, ExtendedBlock, GenerationStamp, NodeId};

@@ -14,6 +14,7 @@
 
 use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp};
 use crate::status::Status;
+use crate::token::BlockToken;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -50,6 +51,8 @@ pub enum Message {
         version: u16,
         /// What is asked.
         op: Op,
+        /// The block access token allowing it (`None` where tokens are off).
+        token: Option<BlockToken>,
     },
     /// A write packet (upstream to downstream). Payload: checksums, then `data_len` bytes.
     Packet(PacketHeader),
@@ -98,6 +101,12 @@ pub enum BlockStage {
     TransferRbw,
     /// Receiving a copy of a finalized replica (re-replication).
     TransferFinalized,
+    /// Appending to a finalized replica (HDFS `PIPELINE_SETUP_APPEND`, and its retry
+    /// `PIPELINE_SETUP_APPEND_RECOVERY`): the replica, finalized at `block.num_bytes` under
+    /// `block`'s generation stamp (or already reopened by an earlier attempt under a stamp up
+    /// to the new one), goes back to being written under the new stamp. Packets continue at
+    /// its length; a partial last chunk is re-sent whole, so that its checksum is rewritten.
+    Append,
 }
 
 impl BlockStage {

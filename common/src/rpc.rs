@@ -12,6 +12,7 @@
 use crate::error::MetaError;
 use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp, NodeId};
 use crate::proto::ReplicaState;
+use crate::token::{BlockToken, KeySet};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::time::{Duration, Instant};
@@ -83,6 +84,9 @@ pub struct LocatedBlock {
     pub locations: Vec<DatanodeId>,
     /// Every known replica is corrupt.
     pub corrupt: bool,
+    /// The block access token for it (read for located blocks; write and copy for a new block
+    /// or a pipeline being rebuilt); `None` where tokens are off.
+    pub token: Option<BlockToken>,
 }
 
 /// The blocks of a file that cover a range.
@@ -146,6 +150,55 @@ pub struct ClusterReport {
     pub corrupt_blocks: u64,
 }
 
+impl DatanodeReport {
+    /// Bytes of its volumes used by anything but replicas (HDFS's Non DFS Used: capacity
+    /// minus DFS used minus remaining, never below 0).
+    pub fn non_dfs_used(&self) -> u64 {
+        self.capacity
+            .saturating_sub(self.used)
+            .saturating_sub(self.remaining)
+    }
+}
+
+/// Space of a cluster summed over its DataNodes that are not dead (as HDFS sums live
+/// DataNodes): what `sluice report`, `sluice df` and the metrics show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityTotals {
+    /// Total bytes of the volumes.
+    pub capacity: u64,
+    /// Bytes used by replicas (DFS used).
+    pub used: u64,
+    /// Bytes free.
+    pub remaining: u64,
+    /// Bytes used by anything else (see [`DatanodeReport::non_dfs_used`]).
+    pub non_dfs_used: u64,
+}
+
+impl CapacityTotals {
+    /// DFS used as a percentage of the capacity (0 with no capacity).
+    pub fn used_percent(&self) -> f64 {
+        if self.capacity == 0 {
+            0.0
+        } else {
+            self.used as f64 * 100.0 / self.capacity as f64
+        }
+    }
+}
+
+impl ClusterReport {
+    /// Space over the DataNodes that are not dead.
+    pub fn totals(&self) -> CapacityTotals {
+        let mut t = CapacityTotals::default();
+        for d in self.datanodes.iter().filter(|d| d.state != NodeState::Dead) {
+            t.capacity += d.capacity;
+            t.used += d.used;
+            t.remaining += d.remaining;
+            t.non_dfs_used += d.non_dfs_used();
+        }
+        t
+    }
+}
+
 /// Health of a block or a file as `fsck` judges it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Health {
@@ -202,6 +255,18 @@ pub struct FsckReport {
     pub health: Health,
 }
 
+/// The answer of `append`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendResponse {
+    /// The file, now under construction.
+    pub status: FileStatus,
+    /// The partial last block to continue, if any (see `ClientProtocol::append`).
+    pub last_block: Option<LocatedBlock>,
+    /// When `last_block` is `None`: the file's last (full) block, the `previous` of the
+    /// writer's first `add_block` (`None` for an empty file).
+    pub previous: Option<ExtendedBlock>,
+}
+
 /// A request for more DataNodes for an existing pipeline (HDFS `getAdditionalDatanode`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdditionalDatanodes {
@@ -237,6 +302,13 @@ pub trait ClientProtocol {
     async fn mkdirs(path: String, parents: bool) -> Result<(), MetaError>;
     /// Creates a file open for writing, with `opts.client_name` as lease holder.
     async fn create(path: String, opts: CreateOptions) -> Result<FileStatus, MetaError>;
+    /// Reopens a closed file for appending, with `client` as lease holder (HDFS `append`).
+    /// The answer's `last_block` is the file's last block when it is partial (its generation
+    /// stamp and length as the DataNodes hold it, and the DataNodes holding it): the writer
+    /// gets a new stamp for it (`update_block_for_pipeline`) and sets up an `Append` pipeline.
+    /// `None` when the file is empty or its last block is full: the next byte starts a new
+    /// block (`add_block` with the last block as `previous`).
+    async fn append(path: String, client: String) -> Result<AppendResponse, MetaError>;
     /// Commits `previous` (the file's last block, with its final length) and allocates the next
     /// block with a pipeline of DataNodes, none of them in `exclude`.
     async fn add_block(
@@ -291,12 +363,14 @@ pub trait ClientProtocol {
         new_block: ExtendedBlock,
         nodes: Vec<NodeId>,
     ) -> Result<(), MetaError>;
-    /// Picks `req.count` more DataNodes for an existing pipeline, none in `existing` or `exclude`.
-    async fn get_additional_datanodes(
-        req: AdditionalDatanodes,
-    ) -> Result<Vec<DatanodeId>, MetaError>;
+    /// Picks `req.count` more DataNodes for an existing pipeline, none in `existing` or
+    /// `exclude`: `locations` are the new DataNodes, `token` a copy token naming them.
+    async fn get_additional_datanodes(req: AdditionalDatanodes) -> Result<LocatedBlock, MetaError>;
     /// Reports replicas that served bad data.
     async fn report_bad_blocks(replicas: Vec<BadReplica>) -> Result<(), MetaError>;
+    /// Sets a file's replication factor (HDFS `setReplication`): every block of the file is
+    /// brought to it by repair (copies or excess deletions). A directory is `IsADirectory`.
+    async fn set_replication(path: String, replication: u16) -> Result<(), MetaError>;
     /// The DataNodes and block totals.
     async fn cluster_report() -> Result<ClusterReport, MetaError>;
     /// Block-level health of every file at or under `path`.
@@ -326,6 +400,9 @@ pub struct DatanodeRegistration {
 pub struct RegisterResponse {
     /// Interval the DataNode should heartbeat at, in milliseconds.
     pub heartbeat_interval_ms: u64,
+    /// The keys block access tokens are signed with; `None`: tokens are off and the DataNode
+    /// serves ops without one.
+    pub block_keys: Option<KeySet>,
 }
 
 /// A heartbeat: liveness and space.
@@ -362,6 +439,8 @@ pub enum DatanodeCommand {
         block: ExtendedBlock,
         /// Where to, in pipeline order.
         targets: Vec<DatanodeId>,
+        /// A copy token naming `targets`.
+        token: Option<BlockToken>,
     },
     /// Register again, then send a full block report (the service lost track of this node).
     Reregister,
@@ -380,6 +459,9 @@ pub struct RecoveringBlock {
     pub recovery_id: GenerationStamp,
     /// Every DataNode that may hold a replica (the primary among them).
     pub locations: Vec<DatanodeId>,
+    /// A recover token for the block at `recovery_id`, which the primary shows to every
+    /// location.
+    pub token: Option<BlockToken>,
 }
 
 /// The outcome of a block recovery, reported by its primary DataNode (HDFS
@@ -405,6 +487,8 @@ pub struct BlockSync {
 pub struct HeartbeatResponse {
     /// Work to do, in order.
     pub commands: Vec<DatanodeCommand>,
+    /// The current block keys (they roll over); `None` where tokens are off.
+    pub block_keys: Option<KeySet>,
 }
 
 /// An incremental report about one replica.
@@ -492,12 +576,17 @@ async fn dial(addr: impl ToSocketAddrs, preamble: [u8; 4]) -> io::Result<TcpStre
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     stream.write_all(&preamble).await?;
+    check_echo(&mut stream, preamble).await?;
+    Ok(stream)
+}
+
+async fn check_echo(stream: &mut TcpStream, preamble: [u8; 4]) -> io::Result<()> {
     // The service echoes the preamble once it has taken the connection. Without waiting for
     // it, a connection accepted by something else on the port (docker's port proxy while the
     // service restarts) looked established and its first call could hang.
     let mut echo = [0u8; 4];
     match stream.read_exact(&mut echo).await {
-        Ok(_) if echo == preamble => Ok(stream),
+        Ok(_) if echo == preamble => Ok(()),
         Ok(_) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("not a Sluice metadata service: it answered {echo:?} to the preamble"),
@@ -521,11 +610,31 @@ pub async fn connect_client_protocol(addr: impl ToSocketAddrs) -> io::Result<Cli
     Ok(ClientProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
 }
 
-/// Connects to the metadata service's DataNode protocol.
+/// Connects to the metadata service's DataNode protocol (with no cluster secret).
 pub async fn connect_datanode_protocol(
     addr: impl ToSocketAddrs,
 ) -> io::Result<DatanodeProtocolClient> {
-    let stream = dial(addr, DATANODE_PREAMBLE).await?;
+    connect_datanode_protocol_with(addr, None).await
+}
+
+/// Connects to the metadata service's DataNode protocol, proving `secret` when the service
+/// demands it (and checking the service's proof): see [`crate::auth`].
+pub async fn connect_datanode_protocol_with(
+    addr: impl ToSocketAddrs,
+    secret: Option<&crate::auth::ClusterSecret>,
+) -> io::Result<DatanodeProtocolClient> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    stream.write_all(&DATANODE_PREAMBLE).await?;
+    crate::auth::answer(&mut stream, secret, DATANODE_PREAMBLE)
+        .await
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the connection was closed before the metadata service accepted it",
+            ),
+            _ => e,
+        })?;
     Ok(DatanodeProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
 }
 

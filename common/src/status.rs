@@ -20,6 +20,8 @@ pub enum Status {
     ErrorInvalid = 3,
     /// The replica already exists.
     ErrorExists = 4,
+    /// The op's block access token is missing, expired, forged or does not allow the op.
+    ErrorAccessToken = 5,
     /// The op is not supported by this DataNode.
     ErrorUnsupported = 7,
     /// The replica is not on this DataNode.
@@ -55,6 +57,7 @@ impl Status {
             2 => ErrorChecksum,
             3 => ErrorInvalid,
             4 => ErrorExists,
+            5 => ErrorAccessToken,
             7 => ErrorUnsupported,
             20 => ErrorNotFound,
             21 => ErrorOutOfRange,
@@ -82,6 +85,7 @@ impl fmt::Display for Status {
             Status::ErrorChecksum => "ERROR_CHECKSUM",
             Status::ErrorInvalid => "ERROR_INVALID",
             Status::ErrorExists => "ERROR_EXISTS",
+            Status::ErrorAccessToken => "ERROR_ACCESS_TOKEN",
             Status::ErrorUnsupported => "ERROR_UNSUPPORTED",
             Status::ErrorNotFound => "ERROR_NOT_FOUND",
             Status::ErrorOutOfRange => "ERROR_OUT_OF_RANGE",
@@ -121,7 +125,8 @@ mod tests {
                 assert_eq!(s.code(), code);
             }
         }
-        assert_eq!(Status::from_code(5), None);
+        assert_eq!(Status::from_code(6), None);
+        assert_eq!(Status::from_code(5), Some(Status::ErrorAccessToken));
         assert_eq!(Status::ErrorChecksum.code(), 2);
     }
 }

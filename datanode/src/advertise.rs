@@ -60,7 +60,7 @@ async fn route_towards(metadata: &str) -> Option<IpAddr> {
 
 /// The first non-loopback address of this machine's host name, IPv4 first.
 async fn host_name_ip() -> Option<IpAddr> {
-    let name = crate::node::host_name()?;
+    let name = crate::sys::host_name()?;
     let addrs: Vec<IpAddr> = tokio::net::lookup_host((name.as_str(), 0))
         .await
         .ok()?

@@ -7,7 +7,7 @@ use crate::failpoint::FailScope;
 use crate::heartbeat::queue::EventQueue;
 use crate::metrics::Metrics;
 use crate::storage::dataset::Dataset;
-use crate::write::buffer::WriteBuffers;
+use crate::write::buffer_pool::WriteBuffers;
 use actix::ArbiterHandle;
 use sluice_common::config::DatanodeConfig;
 use sluice_common::frame::FrameCodec;
@@ -37,6 +37,9 @@ pub(crate) struct NodeContext {
     pub kill: CancellationToken,
     pub scope: FailScope,
     pub registered: AtomicBool,
+    /// Whether ops need a block access token, and the keys (set by registration and
+    /// heartbeats).
+    pub gate: tokio::sync::watch::Sender<crate::server::access::Gate>,
 }
 
 impl NodeContext {
@@ -65,6 +68,16 @@ impl NodeContext {
     /// True once registered with the metadata service.
     pub fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Relaxed)
+    }
+
+    /// Follows the metadata service's block keys (from a register or heartbeat reply).
+    pub fn set_block_keys(&self, keys: Option<sluice_common::token::KeySet>) {
+        let gate = crate::server::access::Gate::from_keys(keys);
+        self.gate.send_if_modified(|g| {
+            let changed = *g != gate;
+            *g = gate;
+            changed
+        });
     }
 
     pub fn set_registered(&self, v: bool) {

@@ -1,6 +1,7 @@
-//! The DataNode's HTTP endpoint (actix-web, one worker, signals off): `/health`, `/status`
+//! The DataNode's HTTP endpoint (actix-web, one worker, signals off): `/` (the web page,
+//! `crate::ui`), `/health`, `/status`
 //! (JSON: node id, volumes, replicas by state, active transfers, registration) and `/metrics`
-//! (Prometheus text).
+//! (Prometheus text), and the data half of WebHDFS under `/webhdfs/v1` (`crate::webhdfs`).
 
 use crate::context::Ctx;
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -68,10 +69,13 @@ pub(crate) fn server(
     ctx: Ctx,
     listener: std::net::TcpListener,
 ) -> std::io::Result<actix_web::dev::Server> {
+    let gateway = web::Data::new(crate::webhdfs::Gateway::new(ctx.clone()));
     let data = web::Data::new(ctx);
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            .configure(|c| crate::webhdfs::configure(c, gateway.clone()))
+            .route("/", web::get().to(crate::ui::index))
             .route("/health", web::get().to(health))
             .route("/status", web::get().to(status))
             .route("/metrics", web::get().to(metrics))

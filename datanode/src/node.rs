@@ -18,7 +18,7 @@ use crate::heartbeat::queue::EventQueue;
 use crate::metrics::Metrics;
 use crate::server;
 use crate::storage::dataset::Dataset;
-use crate::write::buffer::{BufferSettings, WriteBuffers};
+use crate::write::buffer_pool::{BufferSettings, WriteBuffers};
 use sluice_common::config::DatanodeConfig;
 use sluice_common::{DatanodeId, NodeId};
 use std::net::SocketAddr;
@@ -81,6 +81,7 @@ impl DataNode {
             shutdown,
             kill: CancellationToken::new(),
             registered: AtomicBool::new(false),
+            gate: tokio::sync::watch::Sender::new(crate::server::access::Gate::Unknown),
         });
         let tracker = TaskTracker::new();
         let accept = tokio::spawn(server::run(ctx.clone(), listener, tracker.clone()));
@@ -218,7 +219,7 @@ fn advertised_id(
     } else if is_specific(&cfg.bind_host) {
         cfg.bind_host.clone()
     } else {
-        host_name().unwrap_or_else(|| "localhost".into())
+        crate::sys::host_name().unwrap_or_else(|| "localhost".into())
     };
     let port = if cfg.advertised_port != 0 {
         cfg.advertised_port
@@ -239,18 +240,6 @@ fn is_specific(host: &str) -> bool {
         Ok(ip) => !ip.is_unspecified(),
         Err(_) => !host.is_empty(),
     }
-}
-
-pub(crate) fn host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its whole length, which is what we pass.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
-    (!name.is_empty()).then_some(name)
 }
 
 #[cfg(test)]

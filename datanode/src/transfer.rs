@@ -13,6 +13,7 @@ use crate::wire::{self, FrameReader, FrameWriter};
 use crate::write::pipeline;
 use bytes::Bytes;
 use sluice_common::proto::{BlockStage, Message, PacketHeader, TransferBlockOp, WriteBlockOp};
+use sluice_common::token::BlockToken;
 use sluice_common::ExtendedBlock;
 use std::sync::Arc;
 
@@ -20,7 +21,11 @@ use std::sync::Arc;
 const PACKET_DATA: u64 = 64 * 1024;
 
 /// Copies the replica; returns the block as copied.
-pub(crate) async fn transfer(ctx: &Ctx, op: TransferBlockOp) -> Result<ExtendedBlock> {
+pub(crate) async fn transfer(
+    ctx: &Ctx,
+    op: TransferBlockOp,
+    token: Option<&BlockToken>,
+) -> Result<ExtendedBlock> {
     let id = op.block.id;
     if !op.stage.is_transfer() || op.targets.is_empty() {
         return Err(DatanodeError::invalid(format!(
@@ -44,7 +49,7 @@ pub(crate) async fn transfer(ctx: &Ctx, op: TransferBlockOp) -> Result<ExtendedB
         // A buffered writer (write-memory batching) may hold acknowledged bytes in memory.
         // Its pipeline was given up — that is why a client copies the replica — so stop it:
         // it flushes what it received before it lets go.
-        crate::write::receiver::stop_writer(ctx, e).await?;
+        e.live.stop_writer(e.id, ctx.socket_timeout()).await?;
         on_disk = e.live.bytes_on_disk();
     }
     if on_disk < op.block.num_bytes {
@@ -65,7 +70,7 @@ pub(crate) async fn transfer(ctx: &Ctx, op: TransferBlockOp) -> Result<ExtendedB
         bytes_per_checksum: e.bytes_per_checksum,
         latest_gen_stamp: e.gen_stamp,
     };
-    let ds = pipeline::connect(ctx, &wop)
+    let ds = pipeline::connect(ctx, &wop, token)
         .await
         .map_err(|f| DatanodeError::Downstream {
             addr: f.first_bad_link.clone(),

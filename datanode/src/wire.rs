@@ -3,8 +3,8 @@
 
 use crate::error::{DatanodeError, Result};
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
 use sluice_common::frame::{Frame, FrameCodec};
+use sluice_common::framed::{self, TimedError};
 use sluice_common::proto::{Message, OpResponse};
 use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -25,19 +25,39 @@ pub fn split(stream: TcpStream, codec: FrameCodec<Message>) -> (FrameReader, Fra
     )
 }
 
-/// Sends one message with a payload, within `timeout`.
+/// Sends one message with a payload, within `timeout` ([`framed::send_within`]).
 pub async fn send(
     w: &mut FrameWriter,
     msg: Message,
     payload: Bytes,
     timeout: Duration,
 ) -> Result<()> {
-    match tokio::time::timeout(timeout, w.send(Frame::with_payload(msg, payload))).await {
-        Ok(r) => r.map_err(DatanodeError::from),
-        Err(_) => Err(DatanodeError::Timeout {
-            what: "the peer to take a frame",
-            secs: timeout.as_secs_f64(),
-        }),
+    framed::send_within(w, Frame::with_payload(msg, payload), timeout)
+        .await
+        .map_err(|e| timed_error(e, "the peer to take a frame"))
+}
+
+/// Writes one frame straight from a borrowed `payload` within `timeout`
+/// ([`framed::write_within`]: no copy into the codec's buffer).
+pub async fn write_direct(
+    w: &mut FrameWriter,
+    msg: &Message,
+    payload: &[u8],
+    timeout: Duration,
+) -> Result<()> {
+    framed::write_within(w, msg, payload, timeout)
+        .await
+        .map_err(|e| timed_error(e, "the peer to take a frame"))
+}
+
+/// A timed step's failure as a [`DatanodeError`]: a timeout names what was awaited.
+fn timed_error(e: TimedError, what: &'static str) -> DatanodeError {
+    match e {
+        TimedError::Timeout(after) => DatanodeError::Timeout {
+            what,
+            secs: after.as_secs_f64(),
+        },
+        TimedError::Frame(e) => DatanodeError::from(e),
     }
 }
 
@@ -46,20 +66,16 @@ pub async fn respond(w: &mut FrameWriter, resp: OpResponse, timeout: Duration) -
     send(w, Message::OpResponse(resp), Bytes::new(), timeout).await
 }
 
-/// Receives one frame within `timeout`: `Ok(None)` when the peer closed cleanly between frames.
+/// Receives one frame within `timeout` ([`framed::recv_within`]): `Ok(None)` when the peer
+/// closed cleanly between frames.
 pub async fn recv(
     r: &mut FrameReader,
     timeout: Duration,
     what: &'static str,
 ) -> Result<Option<Frame<Message>>> {
-    match tokio::time::timeout(timeout, r.next()).await {
-        Ok(None) => Ok(None),
-        Ok(Some(res)) => res.map(Some).map_err(DatanodeError::from),
-        Err(_) => Err(DatanodeError::Timeout {
-            what,
-            secs: timeout.as_secs_f64(),
-        }),
-    }
+    framed::recv_within(r, timeout)
+        .await
+        .map_err(|e| timed_error(e, what))
 }
 
 /// An `OpResponse` describing `err`.

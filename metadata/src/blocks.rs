@@ -9,11 +9,17 @@
 //! Every change to a block (its state, replicas, corrupt or deletion marks) marks it *dirty*;
 //! the monitor takes the dirty set each pass and decides what the block needs (re-replication,
 //! deletion of excess or corrupt replicas), so a pass costs what changed, not the whole map.
+//!
+//! A queued deletion is held with a commit sequence number ([`crate::commit`]) and handed to
+//! its DataNode only once the store made that number durable: a replica is never deleted for a
+//! change (a file deleted or overwritten) that a crash could still undo.
 
+use crate::commit::{CommitClock, UNSEALED};
 use crate::namespace::{BlockState, InodeId};
 use sluice_common::proto::ReplicaState;
 use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, NodeId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 /// One replica a DataNode reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,29 +164,35 @@ pub struct BlockTotals {
 #[derive(Debug, Default)]
 struct Dirty(BTreeSet<BlockId>);
 
+/// A queued deletion's key in its DataNode's queue.
+type DeleteKey = (BlockId, GenerationStamp);
+
 /// The block map.
 #[derive(Debug, Default)]
 pub struct BlockManager {
     blocks: HashMap<BlockId, BlockInfo>,
     node_blocks: HashMap<NodeId, HashSet<BlockId>>,
-    invalidate: HashMap<NodeId, BTreeMap<(BlockId, GenerationStamp), ExtendedBlock>>,
+    /// Deletions per DataNode, each with the commit number it waits for.
+    invalidate: HashMap<NodeId, BTreeMap<DeleteKey, (ExtendedBlock, u64)>>,
+    /// Deletions queued since the last [`BlockManager::take_deletions`], not yet numbered.
+    unsealed: Vec<(NodeId, DeleteKey)>,
+    clock: Arc<CommitClock>,
     dirty: Dirty,
 }
 
 impl BlockManager {
-    /// An empty block map.
+    /// An empty block map whose deletions wait for nothing (a clock at zero).
+    #[cfg(test)]
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Number of blocks.
-    pub fn len(&self) -> usize {
-        self.blocks.len()
-    }
-
-    /// True if no block is known.
-    pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+    /// An empty block map whose deletions wait until `clock` made them durable.
+    pub fn with_clock(clock: Arc<CommitClock>) -> Self {
+        BlockManager {
+            clock,
+            ..Self::default()
+        }
     }
 
     /// The block `id`.
@@ -213,14 +225,6 @@ impl BlockManager {
         std::mem::take(&mut self.dirty.0).into_iter().collect()
     }
 
-    /// Blocks `node` is known to hold.
-    pub fn node_blocks(&self, node: &NodeId) -> Vec<BlockId> {
-        self.node_blocks
-            .get(node)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default()
-    }
-
     /// Removes a block; every DataNode holding or expected to hold a replica is told to delete
     /// it.
     pub fn remove(&mut self, id: BlockId) -> Option<BlockInfo> {
@@ -242,35 +246,50 @@ impl BlockManager {
         Some(info)
     }
 
-    /// Queues the deletion of a replica on `node` (sent in its next heartbeat reply).
+    /// Queues the deletion of a replica on `node`, sent in a heartbeat reply once every change
+    /// made so far is durable.
     pub fn schedule_delete(&mut self, node: &NodeId, block: ExtendedBlock) {
+        let key = (block.id, block.gen_stamp);
         self.invalidate
             .entry(node.clone())
             .or_default()
-            .insert((block.id, block.gen_stamp), block);
+            .insert(key, (block, UNSEALED));
+        self.unsealed.push((node.clone(), key));
     }
 
-    /// Takes up to `max` queued deletions for `node`.
+    /// Gives the deletions queued since the last call their commit number.
+    fn seal(&mut self) {
+        let seq = self.clock.seal();
+        for (node, key) in std::mem::take(&mut self.unsealed) {
+            if let Some(entry) = self.invalidate.get_mut(&node).and_then(|q| q.get_mut(&key)) {
+                if entry.1 == UNSEALED {
+                    entry.1 = seq;
+                }
+            }
+        }
+    }
+
+    /// Takes up to `max` queued deletions for `node` whose change is durable.
     pub fn take_deletions(&mut self, node: &NodeId, max: usize) -> Vec<ExtendedBlock> {
+        self.seal();
         let Some(queue) = self.invalidate.get_mut(node) else {
             return vec![];
         };
-        let mut out = Vec::new();
-        while out.len() < max {
-            match queue.pop_first() {
-                Some((_, b)) => out.push(b),
-                None => break,
-            }
-        }
+        let clock = &self.clock;
+        let ready: Vec<DeleteKey> = queue
+            .iter()
+            .filter(|(_, (_, seq))| clock.releases(*seq))
+            .map(|(k, _)| *k)
+            .take(max)
+            .collect();
+        let out = ready
+            .iter()
+            .filter_map(|k| queue.remove(k).map(|(b, _)| b))
+            .collect();
         if queue.is_empty() {
             self.invalidate.remove(node);
         }
         out
-    }
-
-    /// Deletions queued for `node`.
-    pub fn pending_deletions(&self, node: &NodeId) -> usize {
-        self.invalidate.get(node).map_or(0, BTreeMap::len)
     }
 
     /// Records a replica `node` reported. A replica of an unknown block, or older than the

@@ -1,8 +1,10 @@
 //! The HTTP endpoints (actix-web, one worker, no signal handling of its own):
 //!
+//! - `GET /`: the web UI (`crate::ui`): summary, DataNodes, file browser;
 //! - `GET /health`: `{"status":"ok"}`;
 //! - `GET /status`: version, uptime, RPC address, the cluster report, namespace totals (JSON);
-//! - `GET /metrics`: Prometheus text (namespace, DataNodes, repair queues and counters, RPCs).
+//! - `GET /metrics`: Prometheus text (namespace, DataNodes, repair queues and counters, RPCs);
+//! - `/webhdfs/v1/...`: the WebHDFS gateway (`crate::webhdfs`).
 //!
 //! The server stops when the service's cancellation token fires.
 
@@ -24,9 +26,11 @@ pub fn server(
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            .route("/", web::get().to(crate::ui::index))
             .route("/health", web::get().to(health))
             .route("/status", web::get().to(status))
             .route("/metrics", web::get().to(metrics))
+            .configure(crate::webhdfs::configure)
     })
     .workers(1)
     .disable_signals()

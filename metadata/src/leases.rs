@@ -98,6 +98,7 @@ impl LeaseManager {
     }
 
     /// Number of holders.
+    #[cfg(test)]
     pub fn holders(&self) -> usize {
         self.by_holder.len()
     }

@@ -1,7 +1,8 @@
 //! The monitor task: every `monitor.interval` it runs the state's periodic pass
 //! ([`crate::state::State::tick`], plain logic tested without a runtime) — liveness, lease
 //! recovery, replica repair — logs its decisions, and flushes the store when one of them
-//! changed the namespace (a file closed, a recovery id handed out).
+//! changed the namespace (a file closed, a recovery id handed out) so that the commands they
+//! imply are released.
 
 use crate::service::Shared;
 use crate::state::MonitorAction;
@@ -22,10 +23,10 @@ pub async fn run(shared: Arc<Shared>, interval: Duration, shutdown: Cancellation
         for action in &actions {
             log(action);
         }
-        if actions.iter().any(MonitorAction::is_durable) {
-            if let Err(e) = shared.flush().await {
-                tracing::error!(error = %e, "metadata store flush after the monitor pass failed");
-            }
+        // A closed file or a recovery id handed out is a namespace change: its commands wait
+        // for this flush (a no-op when the pass changed nothing).
+        if let Err(e) = shared.flush().await {
+            tracing::error!(error = %e, "metadata store flush after the monitor pass failed");
         }
     }
 }

@@ -6,11 +6,16 @@
 //! An attempt ends when its primary reports (`commit_block_synchronization`) or, after
 //! `block.recovery.timeout`, when the state starts a new one with another primary and a new
 //! recovery id (the old primary's report is then refused: its recovery id is stale).
+//!
+//! A command is held until the store made its recovery id durable ([`crate::commit`]): a
+//! recovery id a crash could hand out again never reaches a DataNode.
 
+use crate::commit::{CommitClock, UNSEALED};
 use crate::namespace::InodeId;
 use sluice_common::rpc::{NodeState, RecoveringBlock};
 use sluice_common::{BlockId, GenerationStamp, NodeId};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One block recovery attempt.
@@ -32,13 +37,24 @@ pub struct BlockRecovery {
 #[derive(Debug, Default)]
 pub struct Recoveries {
     by_block: HashMap<BlockId, BlockRecovery>,
-    commands: HashMap<NodeId, Vec<RecoveringBlock>>,
+    /// Commands per primary, each with the commit number it waits for.
+    commands: HashMap<NodeId, Vec<(RecoveringBlock, u64)>>,
+    clock: Arc<CommitClock>,
 }
 
 impl Recoveries {
-    /// None.
+    /// None; commands wait for nothing (a clock at zero).
+    #[cfg(test)]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// None; commands wait until `clock` made their recovery id durable.
+    pub fn with_clock(clock: Arc<CommitClock>) -> Self {
+        Recoveries {
+            clock,
+            ..Self::default()
+        }
     }
 
     /// The attempt on `id`, if any.
@@ -60,7 +76,7 @@ impl Recoveries {
         self.commands
             .entry(rec.primary.clone())
             .or_default()
-            .push(cmd);
+            .push((cmd, UNSEALED));
         self.by_block.insert(id, rec);
     }
 
@@ -70,9 +86,25 @@ impl Recoveries {
         self.by_block.remove(&id)
     }
 
-    /// Takes the commands queued for `node`.
+    /// Takes the commands queued for `node` whose recovery id is durable.
     pub fn take_commands(&mut self, node: &NodeId) -> Vec<RecoveringBlock> {
-        self.commands.remove(node).unwrap_or_default()
+        let seq = self.clock.seal();
+        for cmds in self.commands.values_mut() {
+            for c in cmds.iter_mut().filter(|c| c.1 == UNSEALED) {
+                c.1 = seq;
+            }
+        }
+        let Some(cmds) = self.commands.get_mut(node) else {
+            return vec![];
+        };
+        let (ready, held): (Vec<_>, Vec<_>) = std::mem::take(cmds)
+            .into_iter()
+            .partition(|(_, s)| self.clock.releases(*s));
+        *cmds = held;
+        if cmds.is_empty() {
+            self.commands.remove(node);
+        }
+        ready.into_iter().map(|(c, _)| c).collect()
     }
 
     /// Attempts in progress.
@@ -81,13 +113,14 @@ impl Recoveries {
     }
 
     /// True if none is in progress.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.by_block.is_empty()
     }
 
     fn drop_commands(&mut self, id: BlockId) {
         for cmds in self.commands.values_mut() {
-            cmds.retain(|c| c.block.id != id);
+            cmds.retain(|(c, _)| c.block.id != id);
         }
         self.commands.retain(|_, c| !c.is_empty());
     }
@@ -166,6 +199,7 @@ mod tests {
             block: ExtendedBlock::new(BlockId(1), GenerationStamp(1001), 5),
             recovery_id: GenerationStamp(gs),
             locations: vec![],
+            token: None,
         };
         let rec = |p: &str, gs| BlockRecovery {
             file: InodeId(9),

@@ -5,7 +5,7 @@
 use crate::error::MetadataError;
 use crate::service::Shared;
 use crate::state::State;
-use crate::store::{MetaStore, SledStore};
+use crate::store::{GroupCommit, MetaStore, SledStore};
 use sluice_common::config::MetadataConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ pub struct MetadataServer {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     http: JoinHandle<std::io::Result<()>>,
-    store: Arc<SledStore>,
+    store: Arc<dyn MetaStore>,
 }
 
 impl MetadataServer {
@@ -34,6 +34,17 @@ impl MetadataServer {
     ) -> Result<MetadataServer, MetadataError> {
         cfg.validate()?;
         let store = open_store(&cfg).await?;
+        Self::start_with_store(cfg, store, shutdown).await
+    }
+
+    /// Like [`MetadataServer::start`] on an opened store (`cfg.data_dir` is not used), e.g. a
+    /// [`crate::store::MemStore`] in a test. The store is closed on failure and on shutdown.
+    pub async fn start_with_store(
+        cfg: MetadataConfig,
+        store: Arc<dyn MetaStore>,
+        shutdown: CancellationToken,
+    ) -> Result<MetadataServer, MetadataError> {
+        cfg.validate()?;
         match Self::start_on(&cfg, store.clone(), shutdown).await {
             Ok(server) => Ok(server),
             Err(e) => {
@@ -47,16 +58,28 @@ impl MetadataServer {
     /// Everything after the store is open.
     async fn start_on(
         cfg: &MetadataConfig,
-        store: Arc<SledStore>,
+        store: Arc<dyn MetaStore>,
         shutdown: CancellationToken,
     ) -> Result<MetadataServer, MetadataError> {
+        let store: Arc<dyn MetaStore> = if cfg.group_commit {
+            Arc::new(GroupCommit::new(store))
+        } else {
+            store
+        };
         let state =
             State::open(cfg, store.clone(), Instant::now()).map_err(|e| store_error(cfg, e))?;
         store.flush().await.map_err(|e| store_error(cfg, e))?;
         let (rpc, http) = bind(cfg).await?;
         let rpc_addr = local_addr(&rpc.local_addr(), "rpc", cfg)?;
         let http_addr = local_addr(&http.local_addr(), "http", cfg)?;
-        let shared = Arc::new(Shared::new(state, rpc_addr));
+        let mut shared = Shared::new(
+            state,
+            rpc_addr,
+            crate::tokens::Tokens::new(cfg),
+            shutdown.clone(),
+        );
+        shared.cluster_secret = cluster_secret(cfg)?;
+        let shared = Arc::new(shared);
         let http_server =
             crate::http::server(http, shared.clone(), shutdown.clone()).map_err(|source| {
                 MetadataError::Http {
@@ -68,6 +91,7 @@ impl MetadataServer {
         tracker.spawn(crate::rpc::serve(
             rpc,
             shared.clone(),
+            cfg.rpc_inflight_max as usize,
             shutdown.clone(),
             tracker.clone(),
         ));
@@ -92,6 +116,12 @@ impl MetadataServer {
     /// The bound RPC address.
     pub fn rpc_addr(&self) -> SocketAddr {
         self.rpc_addr
+    }
+
+    /// True once a store flush failed, which stops the service (its shutdown token is
+    /// cancelled).
+    pub fn failed(&self) -> bool {
+        self.store.clock().failed()
     }
 
     /// The bound HTTP address.
@@ -127,15 +157,15 @@ fn store_error(cfg: &MetadataConfig, e: impl std::fmt::Display) -> MetadataError
     }
 }
 
-async fn open_store(cfg: &MetadataConfig) -> Result<Arc<SledStore>, MetadataError> {
+async fn open_store(cfg: &MetadataConfig) -> Result<Arc<dyn MetaStore>, MetadataError> {
     let dir = cfg.data_dir.clone();
     let opened = tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        // sled creates the directory; SledStore::open makes it durable.
         SledStore::open(&dir).map_err(|e| e.to_string())
     })
     .await;
     match opened {
-        Ok(Ok(store)) => Ok(Arc::new(store)),
+        Ok(Ok(store)) => Ok(Arc::new(store) as Arc<dyn MetaStore>),
         Ok(Err(message)) => Err(store_error(cfg, message)),
         Err(join) => Err(store_error(cfg, join)),
     }
@@ -176,4 +206,23 @@ fn local_addr(
             source: std::io::Error::new(e.kind(), e.to_string()),
         }),
     }
+}
+
+/// The cluster secret DataNodes must prove, from `cluster.secret.file` (created when missing)
+/// or `SLUICE_CLUSTER_SECRET`; without one, a warning.
+fn cluster_secret(
+    cfg: &MetadataConfig,
+) -> Result<Option<sluice_common::auth::ClusterSecret>, MetadataError> {
+    let secret = sluice_common::auth::ClusterSecret::resolve_or_create(&cfg.cluster_secret_file)
+        .map_err(|e| {
+            MetadataError::Config(sluice_common::config::ConfigError::invalid(
+                "metadata.cluster.secret.file",
+                cfg.cluster_secret_file.display(),
+                e.to_string(),
+            ))
+        })?;
+    if secret.is_none() {
+        tracing::warn!("no cluster secret (metadata.cluster.secret.file or SLUICE_CLUSTER_SECRET): any host may register as a DataNode and learn the block keys");
+    }
+    Ok(secret)
 }

@@ -15,16 +15,23 @@
 //!
 //! The namespace needs little: point reads, ordered prefix scans, atomic multi-key batches and
 //! an asynchronous flush that makes every earlier write durable. [`SledStore`] implements it on
-//! sled 0.34 with sled's own periodic flusher turned off: the service flushes after every change,
-//! before it answers.
+//! sled 0.34 with sled's own periodic flusher turned off: the service flushes for every change,
+//! before it answers, through [`GroupCommit`] (batches kept in memory until one flush writes
+//! them all). [`MemStore`] is an in-memory store for tests (crash, held and failing flushes).
 
+pub mod group;
+pub mod mem;
+
+pub use group::GroupCommit;
+pub use mem::MemStore;
+
+use crate::commit::CommitClock;
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -50,7 +57,7 @@ pub enum StoreError {
 /// One atomic group of writes: every put and delete lands, or none does.
 #[derive(Debug, Default, Clone)]
 pub struct WriteBatch {
-    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub(crate) ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 impl WriteBatch {
@@ -88,10 +95,14 @@ pub trait MetaStore: Send + Sync {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// Every `(key, value)` whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &[u8]) -> Result<KvPairs, StoreError>;
-    /// Applies the batch atomically (not yet durable: see [`MetaStore::flush`]).
+    /// Applies the batch atomically (not yet durable: see [`MetaStore::flush`]) and gives it
+    /// the next number of [`MetaStore::clock`].
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError>;
-    /// Makes every write applied before the call durable (fsync).
+    /// Makes every write applied before the call durable (fsync), then marks the clock
+    /// durable up to the last batch it covered.
     fn flush(&self) -> FlushFuture<'_>;
+    /// The commit sequence numbers of this store's batches.
+    fn clock(&self) -> &Arc<CommitClock>;
     /// Flushes and releases the store (file lock included); later calls fail with `Closed`.
     fn close(&self) -> Result<(), StoreError>;
 }
@@ -100,7 +111,7 @@ pub trait MetaStore: Send + Sync {
 pub struct SledStore {
     db: Mutex<Option<sled::Db>>,
     path: PathBuf,
-    seq: Arc<FlushSeq>,
+    clock: Arc<CommitClock>,
     files: Arc<Mutex<SyncedFiles>>,
 }
 
@@ -116,7 +127,14 @@ struct SyncedFiles {
 }
 
 impl SyncedFiles {
+    /// Syncs sled's configuration file and the store directory (its entries: log, conf,
+    /// blob directory), and opens the log for later syncs.
     fn open(dir: &Path) -> std::io::Result<SyncedFiles> {
+        match File::open(dir.join("conf")) {
+            Ok(conf) => conf.sync_all()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         File::open(dir)?.sync_all()?;
         Ok(SyncedFiles {
             log: Some(File::open(dir.join("db"))?),
@@ -160,13 +178,6 @@ impl SyncedFiles {
     }
 }
 
-/// Batches applied, and how many of them the last completed flush covered.
-#[derive(Debug, Default)]
-struct FlushSeq {
-    applied: AtomicU64,
-    flushed: AtomicU64,
-}
-
 /// Serialises sled batches and flushes across the process (see the module docs).
 static SLED_IO: Mutex<()> = Mutex::new(());
 
@@ -180,7 +191,14 @@ const LOCK_RETRY: Duration = Duration::from_secs(5);
 
 impl SledStore {
     /// Opens (or creates) the database in `dir`.
+    ///
+    /// `dir` and every ancestor it creates are made durable in their parents before the store
+    /// is used (`dir`'s parent is synced even when `dir` existed: someone may have just made
+    /// it): sled never syncs them, so a power cut soon after the first start would remove the
+    /// whole store with every acknowledged change. sled's files are synced too (see
+    /// [`SyncedFiles::open`]).
     pub fn open(dir: &Path) -> Result<SledStore, StoreError> {
+        let created = first_missing(dir);
         let deadline = Instant::now() + LOCK_RETRY;
         loop {
             let res = {
@@ -195,10 +213,17 @@ impl SledStore {
                 Ok(db) => {
                     let files = SyncedFiles::open(dir)
                         .map_err(|e| StoreError::Backend(format!("cannot open sled files: {e}")))?;
+                    let top = created.as_deref().unwrap_or(dir);
+                    sync_new_dirs(dir, top).map_err(|e| {
+                        StoreError::Backend(format!(
+                            "cannot sync the store directory {} into its parent: {e}",
+                            dir.display()
+                        ))
+                    })?;
                     return Ok(SledStore {
                         db: Mutex::new(Some(db)),
                         path: dir.to_path_buf(),
-                        seq: Arc::default(),
+                        clock: Arc::default(),
                         files: Arc::new(Mutex::new(files)),
                     });
                 }
@@ -220,7 +245,7 @@ impl SledStore {
         Ok(SledStore {
             db: Mutex::new(Some(db)),
             path: PathBuf::new(),
-            seq: Arc::default(),
+            clock: Arc::default(),
             files: Arc::default(),
         })
     }
@@ -234,6 +259,38 @@ impl SledStore {
         let guard = self.db.lock().unwrap_or_else(|e| e.into_inner());
         guard.clone().ok_or(StoreError::Closed)
     }
+}
+
+/// The topmost missing directory of `dir` and its ancestors (`None`: `dir` exists).
+fn first_missing(dir: &Path) -> Option<PathBuf> {
+    let mut top = None;
+    let mut p = Some(dir);
+    while let Some(d) = p.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        top = Some(d.to_path_buf());
+        p = d.parent();
+    }
+    top
+}
+
+/// fsyncs every directory from `dir` up to the parent of `top` (the topmost one created, or
+/// `dir`), so that each new directory's entry is durable in its parent.
+fn sync_new_dirs(dir: &Path, top: &Path) -> std::io::Result<()> {
+    let mut d = dir;
+    loop {
+        File::open(d)?.sync_all()?;
+        if d == top {
+            break;
+        }
+        match d.parent() {
+            Some(p) => d = p,
+            None => return Ok(()),
+        }
+    }
+    let parent = match top.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()
 }
 
 fn is_lock_error(e: &sled::Error) -> bool {
@@ -274,30 +331,34 @@ impl MetaStore for SledStore {
         let db = self.db()?;
         let _io = io_lock();
         db.apply_batch(b).map_err(backend)?;
-        self.seq.applied.fetch_add(1, Ordering::SeqCst);
+        self.clock.next();
         Ok(())
     }
 
     fn flush(&self) -> FlushFuture<'_> {
         Box::pin(async move {
             let db = self.db()?;
-            let target = self.seq.applied.load(Ordering::SeqCst);
-            let seq = self.seq.clone();
+            let target = self.clock.applied();
+            let clock = self.clock.clone();
             let files = self.files.clone();
             let flushed = tokio::task::spawn_blocking(move || {
                 let _io = io_lock();
-                if seq.flushed.load(Ordering::SeqCst) >= target {
+                if clock.durable() >= target {
                     return Ok(());
                 }
-                let covered = seq.applied.load(Ordering::SeqCst);
+                let covered = clock.applied();
                 db.flush().map_err(backend)?;
                 sync_files(&files)?;
-                seq.flushed.fetch_max(covered, Ordering::SeqCst);
+                clock.mark_durable(covered);
                 Ok(())
             })
             .await;
             flushed.map_err(|e| StoreError::Backend(format!("flush task failed: {e}")))?
         })
+    }
+
+    fn clock(&self) -> &Arc<CommitClock> {
+        &self.clock
     }
 
     fn close(&self) -> Result<(), StoreError> {

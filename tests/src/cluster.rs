@@ -1,19 +1,21 @@
-//! [`MiniCluster`]: a metadata service and DataNodes in one process, on real sockets and files.
+//! [`MiniCluster`]: a metadata service and DataNodes in one process, on real sockets and files
+//! ([`sluice_cluster::EmbeddedCluster`]), with temporary directories, per-test configuration hooks
+//! and optional per-link fault proxies.
 
 use crate::proxy::{self, DnProxy, LinkFaults};
-use anyhow::Context;
 use sluice_client::FileSystem;
+use sluice_cluster::{ClusterBuilder, EmbeddedCluster};
 use sluice_common::config::{
     ByteSize, ClientConfig, DatanodeConfig, HumanDuration, MetadataConfig, Millis, PathList,
 };
-use sluice_common::rpc::NodeState;
 use sluice_datanode::DataNode;
-use sluice_metadata::MetadataServer;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+
+/// How long the MiniCluster waits for DataNodes to be live.
+const LIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 type DnHook = Arc<dyn Fn(usize, &mut DatanodeConfig) + Send + Sync>;
 type MetaHook = Arc<dyn Fn(&mut MetadataConfig) + Send + Sync>;
@@ -119,7 +121,8 @@ impl MiniClusterBuilder {
         self
     }
 
-    /// Starts the metadata service and the DataNodes and waits until every DataNode is live.
+    /// Starts the metadata service and the DataNodes ([`sluice_cluster::ClusterBuilder`]) and
+    /// waits until every DataNode is live.
     pub async fn start(self) -> anyhow::Result<MiniCluster> {
         let dir = tempfile::Builder::new().prefix("sluice-mini-").tempdir()?;
         let mut meta_cfg = MetadataConfig {
@@ -140,47 +143,71 @@ impl MiniClusterBuilder {
             hook(&mut meta_cfg);
         }
         let faults = self.link_proxies.then(LinkFaults::default);
-        let mut cluster = MiniCluster {
-            dir,
-            builder: self,
-            meta_cfg,
-            metadata: None,
-            datanodes: Vec::new(),
-            faults,
-        };
-        cluster.start_metadata().await?;
-        // Pin the port so that restarts keep the address clients and DataNodes hold.
-        cluster.meta_cfg.rpc_port = cluster.metadata_addr().port();
-        for i in 0..cluster.builder.datanodes {
-            let mut cfg = cluster.datanode_config(i);
-            let proxy = match &cluster.faults {
+        let mut configs = Vec::with_capacity(self.datanodes);
+        let mut proxies = Vec::with_capacity(self.datanodes);
+        for i in 0..self.datanodes {
+            let mut cfg = self.datanode_config(dir.path(), i);
+            proxies.push(match &faults {
                 Some(faults) => Some(put_behind_proxy(i, &mut cfg, faults).await?),
                 None => None,
-            };
-            cluster.datanodes.push(DnSlot {
-                cfg,
-                node: None,
-                proxy,
-                known_id: None,
             });
-            cluster.start_datanode(i).await?;
+            configs.push(cfg);
         }
-        cluster.wait_live(cluster.builder.datanodes).await?;
-        Ok(cluster)
+        let cluster = ClusterBuilder::new(meta_cfg)
+            .datanodes(configs)
+            .probe_config(self.client_config(""))
+            .live_timeout(LIVE_TIMEOUT)
+            .start()
+            .await?;
+        let mini = MiniCluster {
+            dir,
+            builder: self,
+            cluster,
+            proxies,
+            faults,
+        };
+        for i in 0..mini.datanode_count() {
+            mini.aim_proxy(i);
+        }
+        Ok(mini)
     }
-}
 
-struct MetaSlot {
-    server: MetadataServer,
-    token: CancellationToken,
-}
+    /// The configuration of this cluster's clients (after the client hook).
+    fn client_config(&self, metadata_address: &str) -> ClientConfig {
+        let mut cfg = ClientConfig {
+            metadata_address: metadata_address.to_string(),
+            socket_timeout: HumanDuration::secs(10),
+            rpc_timeout: HumanDuration::secs(10),
+            ..ClientConfig::default()
+        };
+        if let Some(hook) = &self.client_hook {
+            hook(&mut cfg);
+        }
+        cfg
+    }
 
-struct DnSlot {
-    cfg: DatanodeConfig,
-    node: Option<(DataNode, CancellationToken)>,
-    proxy: Option<DnProxy>,
-    /// The node id, once started (kept while stopped).
-    known_id: Option<sluice_common::NodeId>,
+    /// DataNode `i`'s configuration under `root` (after the DataNode hook).
+    fn datanode_config(&self, root: &Path, i: usize) -> DatanodeConfig {
+        let vols = (0..self.volumes)
+            .map(|v| root.join(format!("dn{i}")).join(format!("vol{v}")))
+            .collect();
+        let mut cfg = DatanodeConfig {
+            bind_host: "127.0.0.1".into(),
+            port: 0,
+            http_port: 0,
+            data_dirs: PathList(vols),
+            heartbeat_interval: HumanDuration(self.heartbeat),
+            socket_timeout: HumanDuration::secs(10),
+            // Tests check exact bytes on disk after close, not timing: keep the idle flush
+            // short so silent writers reach disk quickly.
+            write_buffer_idle_flush_timeout: Millis::new(200),
+            ..DatanodeConfig::default()
+        };
+        if let Some(hook) = &self.dn_hook {
+            hook(i, &mut cfg);
+        }
+        cfg
+    }
 }
 
 /// Starts DataNode `i`'s proxy and makes the DataNode bind its own address and advertise the
@@ -202,9 +229,9 @@ async fn put_behind_proxy(
 pub struct MiniCluster {
     dir: tempfile::TempDir,
     builder: MiniClusterBuilder,
-    meta_cfg: MetadataConfig,
-    metadata: Option<MetaSlot>,
-    datanodes: Vec<DnSlot>,
+    cluster: EmbeddedCluster,
+    /// DataNode `i`'s link proxy, with [`MiniClusterBuilder::link_proxies`].
+    proxies: Vec<Option<DnProxy>>,
     faults: Option<LinkFaults>,
 }
 
@@ -216,29 +243,18 @@ impl MiniCluster {
 
     /// The metadata service's RPC address.
     pub fn metadata_addr(&self) -> SocketAddr {
-        match &self.metadata {
-            Some(m) => m.server.rpc_addr(),
-            None => SocketAddr::from(([127, 0, 0, 1], self.meta_cfg.rpc_port)),
-        }
+        self.cluster.metadata_addr()
     }
 
     /// The metadata service's HTTP address (while it runs).
     pub fn metadata_http_addr(&self) -> Option<SocketAddr> {
-        self.metadata.as_ref().map(|m| m.server.http_addr())
+        self.cluster.metadata().map(|m| m.http_addr())
     }
 
     /// The client configuration of this cluster (after the builder's client hook).
     pub fn client_config(&self) -> ClientConfig {
-        let mut cfg = ClientConfig {
-            metadata_address: self.metadata_addr().to_string(),
-            socket_timeout: HumanDuration::secs(10),
-            rpc_timeout: HumanDuration::secs(10),
-            ..ClientConfig::default()
-        };
-        if let Some(hook) = &self.builder.client_hook {
-            hook(&mut cfg);
-        }
-        cfg
+        self.builder
+            .client_config(&self.metadata_addr().to_string())
     }
 
     /// A connected client.
@@ -258,24 +274,20 @@ impl MiniCluster {
 
     /// Number of DataNode slots (running or not).
     pub fn datanode_count(&self) -> usize {
-        self.datanodes.len()
+        self.cluster.datanode_count()
     }
 
     /// DataNode `i`, if running.
     pub fn datanode(&self, i: usize) -> Option<&DataNode> {
-        self.datanodes
-            .get(i)
-            .and_then(|s| s.node.as_ref())
-            .map(|(n, _)| n)
+        self.cluster.datanode(i)
     }
 
     /// Index of the running DataNode whose data address is `addr` (as registered).
     pub fn datanode_index_by_addr(&self, addr: &str) -> Option<usize> {
-        self.datanodes.iter().position(|s| {
-            s.node
-                .as_ref()
-                .is_some_and(|(n, _)| n.datanode_id().data_addr == addr)
-        })
+        self.cluster
+            .running_datanodes()
+            .find(|(_, n)| n.datanode_id().data_addr == addr)
+            .map(|(i, _)| i)
     }
 
     /// The per-link faults, when the cluster runs with
@@ -286,16 +298,14 @@ impl MiniCluster {
 
     /// Index of the DataNode with this node id (running or not).
     pub fn datanode_index_by_id(&self, id: &sluice_common::NodeId) -> Option<usize> {
-        self.datanodes
-            .iter()
-            .position(|s| s.known_id.as_ref() == Some(id))
+        self.cluster.datanode_index_by_id(id)
     }
 
     /// The volume directories of DataNode `i`.
     pub fn datanode_dirs(&self, i: usize) -> Vec<PathBuf> {
-        self.datanodes
-            .get(i)
-            .map(|s| s.cfg.data_dirs.0.clone())
+        self.cluster
+            .datanode_config(i)
+            .map(|c| c.data_dirs.0.clone())
             .unwrap_or_default()
     }
 
@@ -304,104 +314,38 @@ impl MiniCluster {
         self.dir.path()
     }
 
-    fn datanode_config(&self, i: usize) -> DatanodeConfig {
-        let vols = (0..self.builder.volumes)
-            .map(|v| {
-                self.dir
-                    .path()
-                    .join(format!("dn{i}"))
-                    .join(format!("vol{v}"))
-            })
-            .collect();
-        let mut cfg = DatanodeConfig {
-            metadata_address: self.metadata_addr().to_string(),
-            bind_host: "127.0.0.1".into(),
-            port: 0,
-            http_port: 0,
-            data_dirs: PathList(vols),
-            heartbeat_interval: HumanDuration(self.builder.heartbeat),
-            socket_timeout: HumanDuration::secs(10),
-            // Tests check exact bytes on disk after close, not timing: keep the idle flush
-            // short so silent writers reach disk quickly.
-            write_buffer_idle_flush_timeout: Millis::new(200),
-            ..DatanodeConfig::default()
-        };
-        if let Some(hook) = &self.builder.dn_hook {
-            hook(i, &mut cfg);
-        }
-        cfg
-    }
-
-    async fn start_metadata(&mut self) -> anyhow::Result<()> {
-        let token = CancellationToken::new();
-        let server = MetadataServer::start(self.meta_cfg.clone(), token.clone())
-            .await
-            .context("starting the metadata service")?;
-        self.metadata = Some(MetaSlot { server, token });
-        Ok(())
-    }
-
     /// Stops the metadata service gracefully and starts it again on the same store and port.
     pub async fn restart_metadata(&mut self) -> anyhow::Result<()> {
-        self.stop_metadata().await;
-        self.start_metadata().await
+        Ok(self.cluster.restart_metadata().await?)
     }
 
     /// Stops the metadata service gracefully (its store stays).
     pub async fn stop_metadata(&mut self) {
-        if let Some(m) = self.metadata.take() {
-            m.token.cancel();
-            m.server.wait().await;
-        }
+        self.cluster.stop_metadata().await;
     }
 
     /// Starts DataNode `i` (again) on its directories and, after a first start, its ports.
     pub async fn start_datanode(&mut self, i: usize) -> anyhow::Result<()> {
-        let slot = self
-            .datanodes
-            .get_mut(i)
-            .with_context(|| format!("no DataNode {i}"))?;
-        anyhow::ensure!(slot.node.is_none(), "DataNode {i} is running");
-        let token = CancellationToken::new();
-        // After a kill the old listener closes a moment later: retry the same port briefly.
-        let mut attempt = 0;
-        let node = loop {
-            match DataNode::start(slot.cfg.clone(), token.clone()).await {
-                Ok(node) => break node,
-                Err(e) if attempt < 50 && slot.cfg.port != 0 => {
-                    attempt += 1;
-                    tracing::debug!(error = %e, "DataNode {i} restart: port busy, retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context(format!("starting DataNode {i}")))
-                }
-            }
-        };
-        slot.cfg.port = node.data_addr().port();
-        if let Some(p) = &slot.proxy {
+        self.cluster.start_datanode(i).await?;
+        self.aim_proxy(i);
+        Ok(())
+    }
+
+    /// Points DataNode `i`'s proxy (if any) at the DataNode's data address.
+    fn aim_proxy(&self, i: usize) {
+        if let (Some(Some(p)), Some(node)) = (self.proxies.get(i), self.cluster.datanode(i)) {
             p.set_target(node.data_addr());
         }
-        slot.known_id = Some(node.node_id().clone());
-        slot.cfg.http_port = node.http_addr().port();
-        slot.node = Some((node, token));
-        Ok(())
     }
 
     /// Stops DataNode `i` gracefully: writers flush what they received.
     pub async fn stop_datanode(&mut self, i: usize) {
-        if let Some((node, token)) = self.datanodes.get_mut(i).and_then(|s| s.node.take()) {
-            token.cancel();
-            node.wait().await;
-        }
+        self.cluster.stop_datanode(i).await;
     }
 
     /// Kills DataNode `i` abruptly: no flush, no finalize; its files stay as they are.
     pub fn kill_datanode(&mut self, i: usize) {
-        if let Some((node, token)) = self.datanodes.get_mut(i).and_then(|s| s.node.take()) {
-            token.cancel();
-            node.kill();
-        }
+        self.cluster.kill_datanode(i);
     }
 
     /// Stops DataNode `i` gracefully and starts it again on the same storage and ports.
@@ -412,24 +356,7 @@ impl MiniCluster {
 
     /// Waits until the metadata service reports at least `n` live DataNodes.
     pub async fn wait_live(&self, n: usize) -> anyhow::Result<()> {
-        let fs = self.client().await?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let report = fs.cluster_report().await?;
-            let live = report
-                .datanodes
-                .iter()
-                .filter(|d| d.state == NodeState::Live)
-                .count();
-            if live >= n {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "only {live} of {n} DataNodes live after 20 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        Ok(self.cluster.wait_live(n, LIVE_TIMEOUT).await?)
     }
 
     /// Every replica block file `blk_<id>` of `block_id` on DataNode `i` (any state).
@@ -443,11 +370,8 @@ impl MiniCluster {
     }
 
     /// Stops everything gracefully and removes the directories.
-    pub async fn shutdown(mut self) {
-        for i in 0..self.datanodes.len() {
-            self.stop_datanode(i).await;
-        }
-        self.stop_metadata().await;
+    pub async fn shutdown(self) {
+        self.cluster.stop().await;
     }
 }
 
@@ -461,20 +385,6 @@ fn find_files(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
             find_files(&p, name, out);
         } else if p.file_name().and_then(|n| n.to_str()) == Some(name) {
             out.push(p);
-        }
-    }
-}
-
-impl Drop for MiniCluster {
-    fn drop(&mut self) {
-        for slot in &mut self.datanodes {
-            if let Some((node, token)) = slot.node.take() {
-                token.cancel();
-                node.kill();
-            }
-        }
-        if let Some(m) = self.metadata.take() {
-            m.token.cancel();
         }
     }
 }

@@ -1,16 +1,7 @@
-//! Test data: reproducible random bytes and whole-file write/read through the client.
+//! Whole-file write and read through the client.
 
-use rand::{RngCore, SeedableRng};
 use sluice_client::{FileSystem, WriteOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// `len` pseudo-random bytes, the same for the same `seed`.
-pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut v = vec![0u8; len];
-    rng.fill_bytes(&mut v);
-    v
-}
 
 /// Writes `data` to `path` in writes of `write_size` bytes and closes the file.
 pub async fn write_all(

@@ -15,14 +15,22 @@
 
 mod cluster;
 pub mod data;
+pub mod http;
+pub mod lazyfs;
+pub mod power;
 pub mod process;
 pub mod proxy;
 pub mod raw;
-pub mod wait;
 
 pub use cluster::{MiniCluster, MiniClusterBuilder};
-pub use data::{random_bytes, read_all, write_all};
-pub use wait::{wait_until, with_timeout};
+pub use data::{read_all, write_all};
+pub use sluice_testkit::{random_bytes, wait_for, wait_until, with_timeout, within};
+
+/// Holds the process-wide `fail` registry for one failpoint test: waits for the previous test
+/// to end, clears every failpoint now and again when dropped (even when the test panics).
+pub fn failpoint_scenario() -> fail::FailScenario<'static> {
+    fail::FailScenario::setup()
+}
 
 /// Installs a test log subscriber once (level from `RUST_LOG`, default `warn`).
 pub fn init_logging() {

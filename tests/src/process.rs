@@ -1,20 +1,21 @@
 //! A cluster of real processes for end-to-end tests: the `sluice-metadata` and
-//! `sluice-datanode` binaries, DataNodes killed with SIGKILL and restarted on the same
-//! directories and ports, and the `sluice` command line as the client.
+//! `sluice-datanode` binaries, the metadata service and DataNodes killed with SIGKILL and
+//! restarted on the same directories and ports, and the `sluice` command line as the client.
 //!
-//! The binaries are taken from the target directory of the running test
-//! (`target/<profile>/`). `cargo test --workspace` builds them; when one is missing (e.g.
-//! `cargo test -p sluice-tests`), [`Binaries::locate`] runs `cargo build --bins` for the three
-//! packages first. Binaries that exist are used as they are: after changing the services, run
-//! `cargo build --bins` (or the workspace tests) so that they are not stale.
+//! The commands run from this package's `sluice-proc` binary (`src/bin/sluice-proc.rs`: the
+//! same library functions as `sluice-metadata`, `sluice-datanode` and `sluice`), which cargo
+//! builds for the tests: a test passes `env!("CARGO_BIN_EXE_sluice-proc")` to [`Binaries::new`],
+//! never runs `cargo build` and never runs a stale binary.
 //!
-//! Every process logs to a file in the cluster's directory (`RUST_LOG=info`); the bound ports
-//! are read from the first log lines (`sluice-metadata listening rpc=…`, `serving … data=…`),
-//! so every port starts as 0 and a restarted DataNode is given its first port again.
+//! Every process logs to a file in the cluster's directory (stderr, `RUST_LOG=info`); the bound
+//! ports are read from the machine-readable ready line the service prints to stdout
+//! ([`sluice_common::ready`]), so every port starts as 0 and a restarted node is given its first
+//! port again.
 
 use anyhow::{bail, Context};
 use sluice_client::{ClientConfig, FileSystem};
 use sluice_common::config::HumanDuration;
+use sluice_common::ready::Ready;
 use sluice_common::rpc::NodeState;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,102 +24,51 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-/// Paths of the service binaries and of the command line.
+/// How to run each command: `sluice-proc` (this package's binary, `src/bin/sluice-proc.rs`)
+/// with the command's name as its first argument.
 #[derive(Debug, Clone)]
 pub struct Binaries {
-    /// `sluice-metadata`.
-    pub metadata: PathBuf,
-    /// `sluice-datanode`.
-    pub datanode: PathBuf,
-    /// `sluice`.
-    pub sluice: PathBuf,
+    program: PathBuf,
 }
 
 impl Binaries {
-    /// Finds the binaries next to the test executable (`target/<profile>/`), building them
-    /// with `cargo build --bins` when one is missing.
-    pub async fn locate() -> anyhow::Result<Binaries> {
-        let exe = std::env::current_exe().context("locating the test executable")?;
-        // target/<profile>/deps/<test>-<hash>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .context("the test executable is not in target/<profile>/deps")?
-            .to_path_buf();
-        let bins = Binaries {
-            metadata: profile_dir.join("sluice-metadata"),
-            datanode: profile_dir.join("sluice-datanode"),
-            sluice: profile_dir.join("sluice"),
-        };
-        if !bins.all_exist() {
-            let dir = profile_dir.clone();
-            tokio::task::spawn_blocking(move || build(&dir))
-                .await
-                .context("the build task")??;
+    /// The multi-call binary at `program`: tests pass `env!("CARGO_BIN_EXE_sluice-proc")`.
+    pub fn new(program: impl Into<PathBuf>) -> Binaries {
+        Binaries {
+            program: program.into(),
         }
-        anyhow::ensure!(
-            bins.all_exist(),
-            "binaries missing in {} after building",
-            profile_dir.display()
-        );
-        Ok(bins)
     }
 
-    fn all_exist(&self) -> bool {
-        [&self.metadata, &self.datanode, &self.sluice]
-            .iter()
-            .all(|p| p.is_file())
+    /// The program every command runs as.
+    pub fn program(&self) -> &Path {
+        &self.program
     }
-}
 
-/// `cargo build --bins` of the three packages into `profile_dir`'s target directory.
-fn build(profile_dir: &Path) -> anyhow::Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target_dir = profile_dir.parent().context("no target directory")?;
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("profile directory name")?;
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "--bins"])
-        .args([
-            "-p",
-            "sluice-metadata",
-            "-p",
-            "sluice-datanode",
-            "-p",
-            "sluice-client",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
+    /// A command running `name` (`metadata`, `datanode` or `sluice`).
+    pub fn command(&self, name: &str) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.arg(name);
+        cmd
     }
-    tracing::warn!(?cmd, "building the service binaries for a process test");
-    let status = cmd.status().context("running cargo build")?;
-    anyhow::ensure!(status.success(), "cargo build --bins failed: {status}");
-    Ok(())
 }
 
 /// Settings of a [`ProcessCluster`].
 #[derive(Debug, Clone)]
 pub struct ProcessClusterBuilder {
+    bins: Binaries,
     datanodes: usize,
     metadata_env: Vec<(String, String)>,
     datanode_env: Vec<(String, String)>,
+    metadata_dir: Option<PathBuf>,
+    datanode_dirs: Vec<PathBuf>,
 }
 
-impl Default for ProcessClusterBuilder {
-    fn default() -> Self {
+impl ProcessClusterBuilder {
+    /// The documented defaults, running the commands through `bins`.
+    pub fn new(bins: Binaries) -> Self {
         let env = |k: &str, v: &str| (k.to_string(), v.to_string());
         ProcessClusterBuilder {
+            bins,
             datanodes: 3,
             metadata_env: vec![
                 env("SLUICE_METADATA__DATANODE__STALE__INTERVAL", "3s"),
@@ -132,11 +82,24 @@ impl Default for ProcessClusterBuilder {
                 env("SLUICE_DATANODE__HEARTBEAT__INTERVAL", "200ms"),
                 env("SLUICE_DATANODE__SOCKET__TIMEOUT", "10s"),
             ],
+            metadata_dir: None,
+            datanode_dirs: Vec::new(),
         }
     }
-}
 
-impl ProcessClusterBuilder {
+    /// The metadata service's store directory. Default: `metadata` in the cluster's directory.
+    pub fn metadata_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.metadata_dir = Some(dir.into());
+        self
+    }
+
+    /// The data directories of the first DataNodes, in order (DataNode `i` gets `dirs[i]`).
+    /// Default: `dn<i>` in the cluster's directory.
+    pub fn datanode_dirs(mut self, dirs: impl IntoIterator<Item = PathBuf>) -> Self {
+        self.datanode_dirs = dirs.into_iter().collect();
+        self
+    }
+
     /// Number of DataNodes. Default 3.
     pub fn datanodes(mut self, n: usize) -> Self {
         self.datanodes = n;
@@ -160,28 +123,44 @@ impl ProcessClusterBuilder {
 
     /// Starts the metadata service and the DataNodes; waits until every DataNode is live.
     pub async fn start(self) -> anyhow::Result<ProcessCluster> {
-        let bins = Binaries::locate().await?;
+        let bins = self.bins;
+        anyhow::ensure!(
+            bins.program.is_file(),
+            "no test binary at {}",
+            bins.program.display()
+        );
         let dir = tempfile::Builder::new().prefix("sluice-proc-").tempdir()?;
-        let meta_dir = dir.path().join("metadata");
-        let log = dir.path().join("metadata.log");
-        let mut cmd = Command::new(&bins.metadata);
-        cmd.args(["--port", "0", "--http-port", "0", "--bind", "127.0.0.1"])
-            .arg("--data")
-            .arg(&meta_dir);
-        cmd.envs(self.metadata_env.iter().cloned());
-        let metadata = spawn_logged(cmd, &log)?;
-        let rpc = wait_for_addr(&log, "sluice-metadata listening", "rpc=").await?;
+        // A cluster secret, as a deployment has: the metadata service creates the file.
+        let secret = dir.path().join("cluster-secret").display().to_string();
+        let mut metadata_env = self.metadata_env;
+        metadata_env.push((
+            "SLUICE_METADATA__CLUSTER__SECRET__FILE".into(),
+            secret.clone(),
+        ));
+        let mut datanode_env = self.datanode_env;
+        datanode_env.push(("SLUICE_DATANODE__CLUSTER__SECRET__FILE".into(), secret));
+        let metadata_dir = self
+            .metadata_dir
+            .unwrap_or_else(|| dir.path().join("metadata"));
         let mut cluster = ProcessCluster {
+            metadata_dir,
             dir,
             bins,
-            metadata,
-            metadata_addr: rpc,
+            metadata: None,
+            metadata_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metadata_starts: 0,
+            metadata_env,
             datanodes: Vec::new(),
-            datanode_env: self.datanode_env,
+            datanode_env,
         };
+        cluster.start_metadata().await?;
         for i in 0..self.datanodes {
             cluster.datanodes.push(DnProcess {
-                data: cluster.dir.path().join(format!("dn{i}")),
+                data: self
+                    .datanode_dirs
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| cluster.dir.path().join(format!("dn{i}"))),
                 port: 0,
                 child: None,
                 starts: 0,
@@ -204,17 +183,21 @@ struct DnProcess {
 /// A metadata service and DataNodes as child processes (killed when dropped).
 pub struct ProcessCluster {
     dir: tempfile::TempDir,
+    metadata_dir: PathBuf,
     bins: Binaries,
-    metadata: Child,
+    metadata: Option<Child>,
+    /// Port 0 before the first start.
     metadata_addr: SocketAddr,
+    metadata_starts: u32,
+    metadata_env: Vec<(String, String)>,
     datanodes: Vec<DnProcess>,
     datanode_env: Vec<(String, String)>,
 }
 
 impl ProcessCluster {
-    /// A builder with the documented defaults.
-    pub fn builder() -> ProcessClusterBuilder {
-        ProcessClusterBuilder::default()
+    /// A builder with the documented defaults, running the commands through `bins`.
+    pub fn builder(bins: Binaries) -> ProcessClusterBuilder {
+        ProcessClusterBuilder::new(bins)
     }
 
     /// The metadata service's RPC address.
@@ -247,12 +230,24 @@ impl ProcessCluster {
         self.datanodes.get(i).map_or(0, |d| d.port)
     }
 
+    /// DataNode `i`'s data address while it runs.
+    pub fn datanode_data_addr(&self, i: usize) -> Option<SocketAddr> {
+        self.datanode_running(i)
+            .then(|| SocketAddr::from(([127, 0, 0, 1], self.datanode_port(i))))
+    }
+
+    /// Index of the DataNode whose data address is `addr` (as registered, `host:port`).
+    pub fn datanode_index_by_addr(&self, addr: &str) -> Option<usize> {
+        let port = addr.rsplit_once(':')?.1.parse::<u16>().ok()?;
+        self.datanodes.iter().position(|d| d.port == port)
+    }
+
     /// Starts DataNode `i` (again) on its directory and, after the first start, its port.
     pub async fn start_datanode(&mut self, i: usize) -> anyhow::Result<()> {
         let meta = self.metadata_addr.to_string();
         let root = self.dir.path().to_path_buf();
         let env = self.datanode_env.clone();
-        let bin = self.bins.datanode.clone();
+        let bins = self.bins.clone();
         let dn = self
             .datanodes
             .get_mut(i)
@@ -263,7 +258,8 @@ impl ProcessCluster {
         loop {
             dn.starts += 1;
             let log = root.join(format!("dn{i}.{}.log", dn.starts));
-            let mut cmd = Command::new(&bin);
+            let ready = root.join(format!("dn{i}.{}.ready", dn.starts));
+            let mut cmd = bins.command("datanode");
             cmd.args([
                 "--metadata",
                 &meta,
@@ -276,8 +272,8 @@ impl ProcessCluster {
             .arg("--data")
             .arg(&dn.data)
             .envs(env.iter().cloned());
-            let mut child = spawn_logged(cmd, &log)?;
-            match wait_for_addr(&log, "serving", "data=").await {
+            let mut child = spawn_logged(cmd, &log, &ready)?;
+            match wait_ready(&ready, &log, "datanode", "data").await {
                 Ok(addr) => {
                     dn.port = addr.port();
                     dn.child = Some(child);
@@ -295,6 +291,61 @@ impl ProcessCluster {
                 }
             }
         }
+    }
+
+    /// Starts the metadata service (again) on its directory and, after the first start, its
+    /// RPC port.
+    pub async fn start_metadata(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.metadata.is_none(), "the metadata service is running");
+        let meta_dir = self.metadata_dir.clone();
+        let port = self.metadata_addr.port();
+        // After a SIGKILL the port is free at once; retry briefly all the same.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.metadata_starts += 1;
+            let log = self
+                .dir
+                .path()
+                .join(format!("metadata.{}.log", self.metadata_starts));
+            let ready = log.with_extension("ready");
+            let mut cmd = self.bins.command("metadata");
+            cmd.args(["--port", &port.to_string(), "--http-port", "0"])
+                .args(["--bind", "127.0.0.1"])
+                .arg("--data")
+                .arg(&meta_dir)
+                .envs(self.metadata_env.iter().cloned());
+            let mut child = spawn_logged(cmd, &log, &ready)?;
+            match wait_ready(&ready, &log, "metadata", "rpc").await {
+                Ok(addr) => {
+                    self.metadata_addr = addr;
+                    self.metadata = Some(child);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() < deadline && port != 0 => {
+                    tracing::debug!("metadata restart failed ({e:#}); retrying");
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => {
+                    let _ = child.start_kill();
+                    return Err(e.context("starting the metadata service"));
+                }
+            }
+        }
+    }
+
+    /// Kills the metadata service with SIGKILL and waits for the process to be gone.
+    pub async fn kill_metadata(&mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.metadata.take() else {
+            return Ok(());
+        };
+        child.start_kill().context("SIGKILL")?;
+        child
+            .wait()
+            .await
+            .context("waiting for the killed metadata service")?;
+        Ok(())
     }
 
     /// Kills DataNode `i` with SIGKILL and waits for the process to be gone.
@@ -327,7 +378,7 @@ impl ProcessCluster {
 
     /// The `sluice` command line aimed at this cluster (10 s socket timeout).
     pub fn sluice(&self) -> Command {
-        let mut cmd = Command::new(&self.bins.sluice);
+        let mut cmd = self.bins.command("sluice");
         cmd.arg("--metadata")
             .arg(self.metadata_addr.to_string())
             .env("SLUICE_CLIENT__SOCKET__TIMEOUT", "10s")
@@ -367,14 +418,18 @@ impl Drop for ProcessCluster {
                 let _ = c.start_kill();
             }
         }
-        let _ = self.metadata.start_kill();
+        if let Some(c) = self.metadata.as_mut() {
+            let _ = c.start_kill();
+        }
     }
 }
 
-/// Spawns `cmd` with stdout and stderr appended to `log`, killed if the handle is dropped.
-fn spawn_logged(mut cmd: Command, log: &Path) -> anyhow::Result<Child> {
-    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let err = out.try_clone()?;
+/// Spawns `cmd` with its stderr (the log) in `log` and its stdout (where the ready line goes) in
+/// `ready`; killed if the handle is dropped.
+fn spawn_logged(mut cmd: Command, log: &Path, ready: &Path) -> anyhow::Result<Child> {
+    let err = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let out =
+        std::fs::File::create(ready).with_context(|| format!("creating {}", ready.display()))?;
     cmd.env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
@@ -385,63 +440,36 @@ fn spawn_logged(mut cmd: Command, log: &Path) -> anyhow::Result<Child> {
         .with_context(|| format!("spawning {:?}", cmd.as_std().get_program()))
 }
 
-/// Waits (up to 20 s) for a log line containing `marker`, then parses the address after `key`.
-async fn wait_for_addr(log: &Path, marker: &str, key: &str) -> anyhow::Result<SocketAddr> {
+/// Waits (up to 20 s) for the `service`'s ready line ([`Ready`]) in `ready`, then returns its
+/// address `name`. Gives up early, with the log, when the log shows the command failed.
+async fn wait_ready(
+    ready: &Path,
+    log: &Path,
+    service: &str,
+    name: &str,
+) -> anyhow::Result<SocketAddr> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains(marker)) {
-            return parse_addr(&strip_ansi(line), key)
-                .with_context(|| format!("no {key} in {line:?}"));
+        let text = std::fs::read_to_string(ready).unwrap_or_default();
+        if let Some(line) = text.lines().find_map(Ready::parse) {
+            anyhow::ensure!(
+                line.ready == service,
+                "expected a {service} ready line, got {line:?}"
+            );
+            return line
+                .addresses
+                .get(name)
+                .copied()
+                .with_context(|| format!("no {name} address in {line:?}"));
         }
-        if text.contains("Error:") || Instant::now() >= deadline {
+        let logged = std::fs::read_to_string(log).unwrap_or_default();
+        if logged.contains("Error:") || Instant::now() >= deadline {
             bail!(
-                "no {marker:?} line in {} within 20 s; log:\n{text}",
+                "no {service} ready line in {} within 20 s; log {}:\n{logged}",
+                ready.display(),
                 log.display()
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn parse_addr(line: &str, key: &str) -> Option<SocketAddr> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key))
-        .and_then(|a| a.trim_matches(|c| c == ',' || c == '"').parse().ok())
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_addresses_from_log_lines() {
-        let line = "2026-12-02T18:00:00Z  INFO sluice_datanode: serving node=dn-1 data=127.0.0.1:4321 http=127.0.0.1:4322";
-        assert_eq!(
-            parse_addr(line, "data="),
-            Some("127.0.0.1:4321".parse().unwrap())
-        );
-        let colored = "\u{1b}[32m INFO\u{1b}[0m \u{1b}[2mx\u{1b}[0m: listening \u{1b}[3mrpc\u{1b}[0m\u{1b}[2m=\u{1b}[0m127.0.0.1:9";
-        assert_eq!(
-            parse_addr(&strip_ansi(colored), "rpc="),
-            Some("127.0.0.1:9".parse().unwrap())
-        );
     }
 }

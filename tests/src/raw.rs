@@ -9,6 +9,7 @@ use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::proto::{
     Message, Op, OpResponse, ReadBlockOp, ReplicaInfo, ReplicaInfoOp, PROTOCOL_VERSION,
 };
+use sluice_common::token::BlockToken;
 use sluice_common::{ExtendedBlock, Status};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
@@ -16,6 +17,7 @@ use tokio_util::codec::Framed;
 /// A framed connection to one DataNode.
 pub struct RawConn {
     framed: Framed<TcpStream, FrameCodec<Message>>,
+    token: Option<BlockToken>,
 }
 
 impl RawConn {
@@ -26,7 +28,14 @@ impl RawConn {
             .with_context(|| format!("connecting to {addr}"))?;
         Ok(RawConn {
             framed: Framed::new(stream, FrameCodec::default()),
+            token: None,
         })
+    }
+
+    /// Puts `token` (from the block's located block) on every op sent from now on.
+    pub fn with_token(mut self, token: Option<BlockToken>) -> RawConn {
+        self.token = token;
+        self
     }
 
     /// Sends an op.
@@ -35,6 +44,7 @@ impl RawConn {
             .send(Frame::new(Message::Op {
                 version: PROTOCOL_VERSION,
                 op,
+                token: self.token.clone(),
             }))
             .await?;
         Ok(())

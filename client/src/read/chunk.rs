@@ -5,6 +5,7 @@ use crate::connection::{chunk_data, message_name, DnConnection, DnSettings};
 use crate::error::ClientError;
 use bytes::Bytes;
 use sluice_common::proto::{Message, Op, ReadChunkOp};
+use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, ExtendedBlock};
 
 /// A connection serving `ReadChunk` requests for one block.
@@ -12,6 +13,7 @@ pub(crate) struct ChunkReader {
     conn: DnConnection,
     node: DatanodeId,
     block: ExtendedBlock,
+    token: Option<BlockToken>,
     served: u64,
 }
 
@@ -29,12 +31,14 @@ impl ChunkReader {
     pub(crate) async fn connect(
         node: &DatanodeId,
         block: ExtendedBlock,
+        token: Option<BlockToken>,
         settings: DnSettings,
     ) -> Result<ChunkReader, ClientError> {
         Ok(ChunkReader {
             conn: DnConnection::connect(node, settings).await?,
             node: node.clone(),
             block,
+            token,
             served: 0,
         })
     }
@@ -61,7 +65,9 @@ impl ChunkReader {
             offset,
             length,
         };
-        self.conn.send_op(Op::ReadChunk(op)).await?;
+        self.conn
+            .send_op(Op::ReadChunk(op), self.token.as_ref())
+            .await?;
         self.conn.recv_op_response(self.block.id).await?;
         let frame = self.conn.recv("a read chunk").await?;
         let Message::Chunk(h) = frame.header else {

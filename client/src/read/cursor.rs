@@ -8,10 +8,11 @@ use super::buffer::ReadBuffer;
 use super::chunk::ChunkReader;
 use super::stats::ReadStats;
 use super::stream::{BlockStream, Wait};
-use super::ReadCtx;
+use super::{is_token_refused, ReadCtx, MAX_TOKEN_REFRESHES};
 use crate::error::ClientError;
 use sluice_common::config::ReadMode;
 use sluice_common::rpc::{BadReplica, LocatedBlock};
+use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, NodeId};
 use std::sync::Arc;
 use tracing::{debug, warn};
@@ -35,6 +36,10 @@ pub(crate) struct Cursor {
     /// Replicas of the current block that failed.
     failed: Vec<NodeId>,
     last_error: Option<ClientError>,
+    /// The current block's access token (refreshed when a DataNode refuses it).
+    token: Option<BlockToken>,
+    /// Token refreshes for the current block.
+    refreshes: u32,
 }
 
 impl Cursor {
@@ -46,6 +51,8 @@ impl Cursor {
             source: Source::None,
             failed: Vec::new(),
             last_error: None,
+            token: None,
+            refreshes: 0,
         }
     }
 
@@ -102,6 +109,8 @@ impl Cursor {
             self.source = Source::None;
             self.failed.clear();
             self.last_error = None;
+            self.token = self.ctx.blocks[idx].token.clone();
+            self.refreshes = 0;
         }
         let ctx = Arc::clone(&self.ctx);
         let lb = &ctx.blocks[idx];
@@ -132,7 +141,13 @@ impl Cursor {
             let length = lb.block.num_bytes - bpos;
             debug!(block = %lb.block.id, node = %dn, offset = bpos, length, "starting stream");
             let counters = Arc::clone(&self.ctx.counters);
-            let s = BlockStream::start(dn, lb.block, (bpos, length), self.ctx.params, counters);
+            let s = BlockStream::start(
+                dn,
+                (lb.block, self.token.clone()),
+                (bpos, length),
+                self.ctx.params,
+                counters,
+            );
             self.source = Source::Stream(s);
         }
         let Source::Stream(s) = &self.source else {
@@ -169,7 +184,8 @@ impl Cursor {
     async fn fill_chunk(&mut self, lb: &LocatedBlock, bpos: u64) -> Result<bool, ClientError> {
         if !matches!(self.source, Source::Chunk { .. }) {
             let dn = self.pick(lb, bpos)?;
-            match ChunkReader::connect(&dn, lb.block, self.ctx.params.settings).await {
+            let token = self.token.clone();
+            match ChunkReader::connect(&dn, lb.block, token, self.ctx.params.settings).await {
                 Ok(reader) => {
                     let reader = Box::new(reader);
                     let buf = ReadBuffer::new(bpos, usize::MAX);
@@ -229,6 +245,20 @@ impl Cursor {
 
     /// Excludes `node` for this block, reports a checksum error, and remembers the error.
     async fn replica_failed(&mut self, lb: &LocatedBlock, node: DatanodeId, e: ClientError) {
+        self.source = Source::None;
+        if is_token_refused(&e) && self.refreshes < MAX_TOKEN_REFRESHES {
+            self.refreshes += 1;
+            match self.ctx.refresh_token(lb).await {
+                Ok(token) => {
+                    debug!(block = %lb.block.id, node = %node, error = %e, "token refused; refreshed, trying again");
+                    self.token = token;
+                    return;
+                }
+                Err(re) => {
+                    warn!(block = %lb.block.id, error = %re, "refreshing the block access token failed")
+                }
+            }
+        }
         warn!(block = %lb.block.id, node = %node, error = %e, "replica failed; trying another");
         self.source = Source::None;
         self.failed.push(node.node_id.clone());

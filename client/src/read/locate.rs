@@ -6,7 +6,7 @@ use crate::connection::{DnConnection, DnSettings};
 use crate::error::ClientError;
 use sluice_common::proto::{Op, ReplicaInfoOp};
 use sluice_common::rpc::{LocatedBlock, LocatedBlocks};
-use sluice_common::{DatanodeId, ExtendedBlock, Status};
+use sluice_common::{DatanodeId, Status};
 use tracing::{debug, warn};
 
 /// The blocks with `block.num_bytes` set to the bytes a reader may read.
@@ -32,7 +32,7 @@ async fn visible_length(lb: &LocatedBlock, settings: DnSettings) -> Result<u64, 
     let answers = futures::future::join_all(
         lb.locations
             .iter()
-            .map(|dn| replica_length(dn, lb.block, settings)),
+            .map(|dn| replica_length(dn, lb, settings)),
     )
     .await;
     let mut best: Option<u64> = None;
@@ -68,11 +68,12 @@ async fn visible_length(lb: &LocatedBlock, settings: DnSettings) -> Result<u64, 
 
 async fn replica_length(
     dn: &DatanodeId,
-    block: ExtendedBlock,
+    lb: &LocatedBlock,
     settings: DnSettings,
 ) -> Result<u64, ClientError> {
+    let block = lb.block;
     let mut conn = DnConnection::connect(dn, settings).await?;
-    conn.send_op(Op::ReplicaInfo(ReplicaInfoOp { block }))
+    conn.send_op(Op::ReplicaInfo(ReplicaInfoOp { block }), lb.token.as_ref())
         .await?;
     let resp = conn.recv_op_response(block.id).await?;
     match resp.replica {

@@ -23,7 +23,8 @@ use crate::filesystem::FsInner;
 use cursor::Cursor;
 use sluice_common::config::ReadMode;
 use sluice_common::rpc::{FileKind, LocatedBlock};
-use sluice_common::MetaError;
+use sluice_common::token::BlockToken;
+use sluice_common::{MetaError, Status};
 use stats::ReadCounters;
 pub use stats::ReadStats;
 use std::future::Future;
@@ -69,6 +70,59 @@ impl ReadCtx {
         let i = i.checked_sub(1)?;
         let b = &self.blocks[i];
         (pos < b.offset + b.block.num_bytes).then_some(i)
+    }
+}
+
+/// A DataNode refused the op's block access token (expired, or signed by a key rolled out).
+pub(crate) fn is_token_refused(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Datanode {
+            status: Status::ErrorAccessToken,
+            ..
+        }
+    )
+}
+
+/// Block access token refreshes per block and read before the refusal is final.
+pub(crate) const MAX_TOKEN_REFRESHES: u32 = 3;
+
+impl ReadCtx {
+    /// A fresh block access token for `lb` (HDFS `DFSInputStream.fetchBlockAt` after an
+    /// `InvalidBlockTokenException`): its locations again from the metadata service.
+    pub(crate) async fn refresh_token(
+        &self,
+        lb: &LocatedBlock,
+    ) -> Result<Option<BlockToken>, ClientError> {
+        let (p, offset) = (self.path.clone(), lb.offset);
+        let located = self
+            .fs
+            .call("get_block_locations", true, |c, ctx| {
+                let p = p.clone();
+                async move { c.get_block_locations(ctx, p, offset, 1).await }
+            })
+            .await?;
+        match located
+            .blocks
+            .into_iter()
+            .find(|b| b.block.id == lb.block.id)
+        {
+            Some(b) if b.block.gen_stamp == lb.block.gen_stamp => {
+                debug!(block = %lb.block.id, "block access token refreshed");
+                Ok(b.token)
+            }
+            Some(b) => Err(ClientError::protocol(
+                "metadata service",
+                format!(
+                    "{} now has generation stamp {}, the reader opened it at {}",
+                    lb.block.id, b.block.gen_stamp, lb.block.gen_stamp
+                ),
+            )),
+            None => Err(ClientError::NoReplica {
+                block: lb.block.id,
+                offset: 0,
+            }),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::chunk::ChunkReader;
 use super::cursor;
-use super::ReadCtx;
+use super::{is_token_refused, ReadCtx, MAX_TOKEN_REFRESHES};
 use crate::connection::{chunk_data, message_name, status_error, DnConnection};
 use crate::error::ClientError;
 use sluice_common::config::ReadMode;
@@ -23,17 +23,35 @@ pub(crate) async fn read_range(
     out: &mut [u8],
 ) -> Result<(), ClientError> {
     let mut last: Option<ClientError> = None;
-    for dn in &lb.locations {
-        let r = match ctx.mode {
-            ReadMode::Stream => stream_range(ctx, dn, lb, bpos, out).await,
-            ReadMode::Chunk => chunk_range(ctx, dn, lb, bpos, out).await,
-        };
+    let mut lb = std::borrow::Cow::Borrowed(lb);
+    let mut refreshes = 0;
+    for dn in &lb.locations.clone() {
+        let mut r = Err(ClientError::NoReplica {
+            block: lb.block.id,
+            offset: bpos,
+        });
+        for _ in 0..=MAX_TOKEN_REFRESHES {
+            r = match ctx.mode {
+                ReadMode::Stream => stream_range(ctx, dn, &lb, bpos, out).await,
+                ReadMode::Chunk => chunk_range(ctx, dn, &lb, bpos, out).await,
+            };
+            match &r {
+                Err(e) if is_token_refused(e) && refreshes < MAX_TOKEN_REFRESHES => {
+                    refreshes += 1;
+                    match ctx.refresh_token(&lb).await {
+                        Ok(token) => lb.to_mut().token = token,
+                        Err(_) => break,
+                    }
+                }
+                _ => break,
+            }
+        }
         match r {
             Ok(()) => return Ok(()),
             Err(e) => {
                 warn!(block = %lb.block.id, node = %dn, error = %e, "positioned read failed");
                 if matches!(e, ClientError::Checksum { .. }) {
-                    cursor::report_bad(ctx, lb, dn, &e).await;
+                    cursor::report_bad(ctx, &lb, dn, &e).await;
                 }
                 last = Some(e);
             }
@@ -61,7 +79,7 @@ async fn stream_range(
         piece_size: ctx.params.piece_size,
     };
     ctx.counters.positioned_request();
-    conn.send_op(Op::ReadBlock(op)).await?;
+    conn.send_op(Op::ReadBlock(op), lb.token.as_ref()).await?;
     conn.recv_op_response(lb.block.id).await?;
     let mut filled = bpos; // block offset up to which `out` is filled
     loop {
@@ -99,7 +117,8 @@ async fn chunk_range(
     bpos: u64,
     out: &mut [u8],
 ) -> Result<(), ClientError> {
-    let mut reader = ChunkReader::connect(dn, lb.block, ctx.params.settings).await?;
+    let token = lb.token.clone();
+    let mut reader = ChunkReader::connect(dn, lb.block, token, ctx.params.settings).await?;
     let end = bpos + out.len() as u64;
     let mut filled = bpos;
     while filled < end {

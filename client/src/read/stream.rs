@@ -9,6 +9,7 @@ use super::stats::ReadCounters;
 use crate::connection::{chunk_data, message_name, status_error, DnConnection, DnSettings};
 use crate::error::ClientError;
 use sluice_common::proto::{Message, Op, ReadBlockOp};
+use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, ExtendedBlock};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
@@ -78,7 +79,7 @@ impl BlockStream {
     /// Starts streaming `[offset, offset + length)` of `block` from `node`.
     pub(crate) fn start(
         node: DatanodeId,
-        block: ExtendedBlock,
+        (block, token): (ExtendedBlock, Option<BlockToken>),
         (offset, length): (u64, u64),
         params: StreamParams,
         counters: Arc<ReadCounters>,
@@ -97,7 +98,7 @@ impl BlockStream {
             fetch(
                 Arc::clone(&shared),
                 node.clone(),
-                block,
+                (block, token),
                 (offset, length),
                 params,
                 counters,
@@ -174,12 +175,12 @@ impl BlockStream {
 async fn fetch(
     shared: Arc<Shared>,
     node: DatanodeId,
-    block: ExtendedBlock,
+    (block, token): (ExtendedBlock, Option<BlockToken>),
     range: (u64, u64),
     params: StreamParams,
     counters: Arc<ReadCounters>,
 ) {
-    let r = fetch_inner(&shared, &node, block, range, params, &counters).await;
+    let r = fetch_inner(&shared, &node, (block, token), range, params, &counters).await;
     if let Err(e) = &r {
         debug!(error = %e, "stream failed");
     }
@@ -190,7 +191,7 @@ async fn fetch(
 async fn fetch_inner(
     shared: &Shared,
     node: &DatanodeId,
-    block: ExtendedBlock,
+    (block, token): (ExtendedBlock, Option<BlockToken>),
     (offset, length): (u64, u64),
     params: StreamParams,
     counters: &ReadCounters,
@@ -203,7 +204,7 @@ async fn fetch_inner(
         length,
         piece_size: params.piece_size,
     };
-    conn.send_op(Op::ReadBlock(op)).await?;
+    conn.send_op(Op::ReadBlock(op), token.as_ref()).await?;
     let resp = conn.recv_op_response(block.id).await?;
     if let Some(r) = resp.replica {
         debug!(visible = r.block.num_bytes, "stream started");

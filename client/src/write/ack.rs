@@ -2,12 +2,14 @@
 //! pipeline has acknowledged it (HDFS `DataStreamer.ackQueue` + `ResponseProcessor`).
 //!
 //! Plain logic: [`AckQueue::on_ack`] takes one [`PipelineAck`] and says what it means — a packet
-//! acknowledged by every DataNode, a heartbeat, or a failure naming the DataNode to blame (the
-//! index of the first non-`SUCCESS` reply). Pipeline recovery re-sends [`AckQueue::drain`]'s
+//! acknowledged by every DataNode, a heartbeat, or a [`PipelineFailure`] naming the DataNode to
+//! blame (the first non-`SUCCESS` reply). Pipeline recovery re-sends [`AckQueue::drain`]'s
 //! packets on a rebuilt pipeline, whose queue [`AckQueue::resume`]s the block's progress.
 
 use super::packet::OutPacket;
+use crate::error::PipelineFailure;
 use sluice_common::proto::{PipelineAck, HEARTBEAT_SEQNO};
+use sluice_common::DatanodeId;
 use std::collections::VecDeque;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -35,15 +37,6 @@ pub(crate) enum AckOutcome {
     },
     /// A heartbeat's ack.
     Heartbeat,
-}
-
-/// A failed pipeline: which DataNode to blame and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AckFailure {
-    /// Position of the blamed DataNode in the pipeline (0 = first).
-    pub bad_index: usize,
-    /// What happened.
-    pub reason: String,
 }
 
 /// Packets in flight on one pipeline, oldest first.
@@ -115,54 +108,58 @@ impl AckQueue {
         self.queue.drain(..).collect()
     }
 
-    /// Applies one ack from a pipeline of `pipeline_len` DataNodes.
+    /// Applies one ack from the pipeline `nodes` (in order; never empty).
     pub(crate) fn on_ack(
         &mut self,
         ack: &PipelineAck,
-        pipeline_len: usize,
-    ) -> Result<AckOutcome, AckFailure> {
+        nodes: &[DatanodeId],
+    ) -> Result<AckOutcome, PipelineFailure> {
+        let node = |i: usize| {
+            nodes
+                .get(i)
+                .or(nodes.last())
+                .cloned()
+                .unwrap_or_else(unknown_node)
+        };
         if let Some(i) = ack.first_failure() {
-            return Err(AckFailure {
-                bad_index: i,
-                reason: format!(
-                    "ack for seqno {} reports {} at pipeline position {i}",
-                    ack.seqno, ack.replies[i]
-                ),
+            return Err(PipelineFailure::ErrorAck {
+                node: node(i),
+                seqno: ack.seqno,
+                status: ack.replies[i],
             });
         }
-        if ack.replies.len() < pipeline_len {
-            return Err(AckFailure {
-                bad_index: ack.replies.len(),
-                reason: format!(
-                    "ack for seqno {} has {} replies for a pipeline of {pipeline_len}",
-                    ack.seqno,
-                    ack.replies.len()
-                ),
+        if ack.replies.len() < nodes.len() {
+            return Err(PipelineFailure::ShortAck {
+                node: node(ack.replies.len()),
+                seqno: ack.seqno,
+                replies: ack.replies.len(),
+                pipeline: nodes.len(),
             });
         }
         if ack.seqno == HEARTBEAT_SEQNO {
             self.heartbeats = self.heartbeats.saturating_sub(1);
             return Ok(AckOutcome::Heartbeat);
         }
+        let protocol = |reason: String| PipelineFailure::AckProtocol {
+            node: node(0),
+            reason,
+        };
         let Some(front) = self.queue.front() else {
-            return Err(AckFailure {
-                bad_index: 0,
-                reason: format!("ack for seqno {} but no packet is in flight", ack.seqno),
-            });
+            return Err(protocol(format!(
+                "ack for seqno {} but no packet is in flight",
+                ack.seqno
+            )));
         };
         if front.packet.header.seqno != ack.seqno {
-            return Err(AckFailure {
-                bad_index: 0,
-                reason: format!(
-                    "expected an ack for seqno {}, got seqno {}",
-                    front.packet.header.seqno, ack.seqno
-                ),
-            });
+            return Err(protocol(format!(
+                "expected an ack for seqno {}, got seqno {}",
+                front.packet.header.seqno, ack.seqno
+            )));
         }
-        let done = self.queue.pop_front().ok_or_else(|| AckFailure {
-            bad_index: 0,
-            reason: "ack queue emptied unexpectedly".into(),
-        })?;
+        let done = self
+            .queue
+            .pop_front()
+            .ok_or_else(|| protocol("ack queue emptied unexpectedly".into()))?;
         let end = done.packet.end_offset();
         self.acked_len = self.acked_len.max(end);
         self.acked_packets += 1;
@@ -171,6 +168,16 @@ impl AckQueue {
             acked_len: self.acked_len,
             last: done.packet.header.last,
         })
+    }
+}
+
+/// Stands in for the DataNode of an empty pipeline (never built: pipelines have DataNodes).
+pub(crate) fn unknown_node() -> DatanodeId {
+    DatanodeId {
+        node_id: sluice_common::NodeId("?".into()),
+        data_addr: "?".into(),
+        http_addr: "?".into(),
+        rack: String::new(),
     }
 }
 
@@ -194,6 +201,20 @@ mod tests {
 
     const OK3: [Status; 3] = [Status::Success; 3];
 
+    fn nodes() -> Vec<DatanodeId> {
+        (1..=3)
+            .map(|i| DatanodeId {
+                node_id: sluice_common::NodeId(format!("dn{i}")),
+                data_addr: format!("127.0.0.1:{i}"),
+                ..unknown_node()
+            })
+            .collect()
+    }
+
+    fn blamed(f: PipelineFailure) -> String {
+        f.node().node_id.0.clone()
+    }
+
     #[test]
     fn in_order_success_pops_and_tracks_acked_length() {
         let mut q = AckQueue::new(0);
@@ -201,17 +222,20 @@ mod tests {
         q.push(packet(1, 1024, 100), None);
         q.push_heartbeat();
         assert_eq!(q.expected(), 3);
-        assert_eq!(q.on_ack(&ack(-1, &OK3), 3), Ok(AckOutcome::Heartbeat));
         assert_eq!(
-            q.on_ack(&ack(0, &OK3), 3),
-            Ok(AckOutcome::Acked {
+            q.on_ack(&ack(-1, &OK3), &nodes()).ok(),
+            Some(AckOutcome::Heartbeat)
+        );
+        assert_eq!(
+            q.on_ack(&ack(0, &OK3), &nodes()).ok(),
+            Some(AckOutcome::Acked {
                 seqno: 0,
                 acked_len: 1024,
                 last: false
             })
         );
         assert_eq!(q.len(), 1);
-        q.on_ack(&ack(1, &OK3), 3).unwrap();
+        q.on_ack(&ack(1, &OK3), &nodes()).unwrap();
         assert!(q.is_empty());
         assert_eq!(q.acked_len(), 1124);
         assert_eq!(q.acked_packets(), 2, "heartbeats are not progress");
@@ -227,27 +251,36 @@ mod tests {
                     0,
                     &[Status::Success, Status::ErrorChecksum, Status::Success],
                 ),
-                3,
+                &nodes(),
             )
             .unwrap_err();
-        assert_eq!(f.bad_index, 1);
-        assert!(f.reason.contains("ERROR_CHECKSUM"), "{}", f.reason);
+        assert!(
+            matches!(&f, PipelineFailure::ErrorAck { node, seqno: 0, status: Status::ErrorChecksum } if node.node_id.0 == "dn2"),
+            "{f:?}"
+        );
+        assert_eq!(f.status(), Some(Status::ErrorChecksum));
         // The downstream-failure form [own, ERROR] blames the second node.
         assert_eq!(
-            q.on_ack(&ack(0, &[Status::Success, Status::Error]), 3)
-                .unwrap_err()
-                .bad_index,
-            1
+            blamed(
+                q.on_ack(&ack(0, &[Status::Success, Status::Error]), &nodes())
+                    .unwrap_err()
+            ),
+            "dn2"
         );
         // A short list of successes blames the first node that did not answer.
-        assert_eq!(
-            q.on_ack(&ack(0, &[Status::Success, Status::Success]), 3)
-                .unwrap_err()
-                .bad_index,
-            2
+        let short = q
+            .on_ack(&ack(0, &[Status::Success, Status::Success]), &nodes())
+            .unwrap_err();
+        assert!(
+            matches!(&short, PipelineFailure::ShortAck { node, replies: 2, pipeline: 3, .. } if node.node_id.0 == "dn3"),
+            "{short:?}"
         );
         // Out-of-order seqno.
-        assert_eq!(q.on_ack(&ack(5, &OK3), 3).unwrap_err().bad_index, 0);
+        let out_of_order = q.on_ack(&ack(5, &OK3), &nodes()).unwrap_err();
+        assert!(
+            matches!(&out_of_order, PipelineFailure::AckProtocol { node, .. } if node.node_id.0 == "dn1"),
+            "{out_of_order:?}"
+        );
         assert_eq!(q.len(), 1, "a failed packet stays for recovery");
         let drained = q.drain();
         assert_eq!(drained.len(), 1);

@@ -27,7 +27,7 @@ use crate::error::ClientError;
 use crate::filesystem::FsInner;
 use crate::lease::LeaseGuard;
 use packet::Packetizer;
-use sluice_common::rpc::FileStatus;
+use sluice_common::rpc::{AppendResponse, FileStatus};
 use sluice_common::DatanodeId;
 use std::future::Future;
 use std::io;
@@ -97,19 +97,58 @@ impl std::fmt::Debug for FileWriter {
 impl FileWriter {
     /// Starts the streamer of a file just created.
     pub(crate) fn start(fs: Arc<FsInner>, status: FileStatus) -> Result<FileWriter, ClientError> {
-        if status.block_size == 0 {
-            return Err(ClientError::protocol(
-                "metadata service",
-                format!("create returned block size 0 for {}", status.path),
-            ));
-        }
+        check_block_size(&status, "create")?;
         let cfg = &fs.cfg;
-        let path = status.path.clone();
         let packetizer = Packetizer::new(
             cfg.bytes_per_checksum,
             cfg.write_packet_size.as_usize(),
             status.block_size,
         );
+        Ok(Self::start_with(fs, status, packetizer, |s| s))
+    }
+
+    /// Starts the writer of a file the metadata service reopened for appending (`append`):
+    /// with a partial last block, sets up its `Append` pipeline first (`tail` is the block's
+    /// last partial chunk, re-sent with the first bytes so that its checksum is rewritten);
+    /// otherwise the first byte starts a new block after `append.previous`.
+    pub(crate) async fn start_append(
+        fs: Arc<FsInner>,
+        append: AppendResponse,
+        tail: Vec<u8>,
+    ) -> Result<FileWriter, ClientError> {
+        let status = append.status;
+        check_block_size(&status, "append")?;
+        let cfg = &fs.cfg;
+        let (bpc, packet_size) = (cfg.bytes_per_checksum, cfg.write_packet_size.as_usize());
+        let file_len = status.length;
+        let (pipeline, packetizer) = match &append.last_block {
+            Some(lb) => {
+                let p = Streamer::setup_append(&fs, &status.path, lb, status.replication).await?;
+                let packetizer = Packetizer::resume(
+                    bpc,
+                    packet_size,
+                    status.block_size,
+                    lb.block.num_bytes,
+                    &tail,
+                );
+                (Some(p), packetizer)
+            }
+            None => (None, Packetizer::new(bpc, packet_size, status.block_size)),
+        };
+        let previous = append.previous;
+        Ok(Self::start_with(fs, status, packetizer, move |s| {
+            s.resume(pipeline, previous, file_len)
+        }))
+    }
+
+    fn start_with(
+        fs: Arc<FsInner>,
+        status: FileStatus,
+        packetizer: Packetizer,
+        prepare: impl FnOnce(Streamer) -> Streamer,
+    ) -> FileWriter {
+        let cfg = &fs.cfg;
+        let path = status.path.clone();
         let shared = Arc::new(WriterShared::new(
             &path,
             cfg.write_max_packets_in_flight as usize,
@@ -118,16 +157,16 @@ impl FileWriter {
         let params = FileParams {
             replication: status.replication,
         };
-        let streamer = Streamer::new(
+        let streamer = prepare(Streamer::new(
             Arc::clone(&fs),
             path.clone(),
             params,
             rx,
             Arc::clone(&shared),
-        );
+        ));
         let task = AbortOnDropHandle::new(tokio::spawn(streamer.run()));
         let lease = fs.leases.acquire(Arc::downgrade(&fs));
-        Ok(FileWriter {
+        FileWriter {
             window: PollSemaphore::new(Arc::clone(&shared.window)),
             fs,
             path,
@@ -140,7 +179,7 @@ impl FileWriter {
             bytes_written: 0,
             lease,
             _streamer: task,
-        })
+        }
     }
 
     /// The file's path.
@@ -337,6 +376,17 @@ impl FileWriter {
         self.bytes_written += written as u64;
         Poll::Ready(Ok(written))
     }
+}
+
+/// A block size of 0 from the metadata service would make every packet end a block.
+fn check_block_size(status: &FileStatus, call: &str) -> Result<(), ClientError> {
+    if status.block_size == 0 {
+        return Err(ClientError::protocol(
+            "metadata service",
+            format!("{call} returned block size 0 for {}", status.path),
+        ));
+    }
+    Ok(())
 }
 
 /// After an hsync: tells the metadata service the last block's length.

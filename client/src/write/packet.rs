@@ -119,6 +119,24 @@ impl Packetizer {
         }
     }
 
+    /// A packetizer continuing a block that holds `block_len` bytes (an append to a partial
+    /// last block): `tail` is the block's last partial chunk (`block_len % bpc` bytes), carried
+    /// as if an hflush had sent it, so that the first packet starts at that chunk and its
+    /// checksum covers the whole chunk again.
+    pub(crate) fn resume(
+        bpc: u32,
+        packet_size: usize,
+        block_size: u64,
+        block_len: u64,
+        tail: &[u8],
+    ) -> Packetizer {
+        let mut p = Packetizer::new(bpc, packet_size, block_size);
+        p.packet_start = block_len - tail.len() as u64;
+        p.buf.extend_from_slice(tail);
+        p.flushed = tail.len();
+        p
+    }
+
     /// Data bytes the current packet can still take.
     fn room(&self) -> usize {
         let block_left = self.block_size - self.packet_start;
@@ -189,6 +207,30 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_resumed_block_resends_its_partial_chunk_first() {
+        // A block of 1300 bytes (bpc 512): its tail is 276 bytes from offset 1024.
+        let old = bytes(1300);
+        let mut p = Packetizer::resume(512, 2048, 512 * 32, 1300, &old[1024..]);
+        assert_eq!(p.block_bytes(), 1300);
+        assert!(p.take_flush(false).is_none(), "nothing new to send yet");
+        let new = bytes(5000);
+        let full = feed(&mut p, &new);
+        let first = &full[0].packet;
+        assert_eq!(first.header.offset_in_block, 1024);
+        let mut want = old[1024..].to_vec();
+        want.extend_from_slice(&new[..2048 - 276]);
+        assert_eq!(first.data_bytes(512), &want[..]);
+        let mut sums = Vec::new();
+        checksum::compute_into(&want, 512, &mut sums);
+        assert_eq!(
+            &first.payload[..sums.len()],
+            &sums[..],
+            "whole-chunk checksums"
+        );
+        assert_eq!(p.block_bytes(), 1300 + 5000);
     }
 
     #[test]

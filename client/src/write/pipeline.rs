@@ -2,24 +2,16 @@
 //! generation stamp, the bytes sent and acknowledged, and the ack queue. Everything pipeline
 //! recovery needs to rebuild it lives in this one struct.
 
-use super::ack::{AckFailure, AckQueue};
+use super::ack::{unknown_node, AckQueue};
 use super::packet::OutPacket;
 use crate::connection::{send_frame, DnConnection, DnSettings, FrameReader, FrameWriter};
-use crate::error::ClientError;
+use crate::error::{ClientError, PipelineFailure};
 use sluice_common::proto::{BlockStage, Message, Op, WriteBlockOp};
 use sluice_common::rpc::LocatedBlock;
+use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, ExtendedBlock, GenerationStamp};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
-
-/// Why a pipeline could not be set up, and which DataNode to exclude.
-#[derive(Debug)]
-pub(crate) struct SetupFailure {
-    /// The DataNode to blame (`first_bad_link`, or the first DataNode).
-    pub bad: Option<DatanodeId>,
-    /// What happened.
-    pub error: ClientError,
-}
 
 /// A running pipeline.
 pub(crate) struct Pipeline {
@@ -65,6 +57,8 @@ pub(crate) struct Setup<'a> {
     pub client_name: &'a str,
     /// Bytes per checksum chunk.
     pub bpc: u32,
+    /// The block access token for the set-up.
+    pub token: Option<&'a BlockToken>,
 }
 
 impl Setup<'_> {
@@ -80,29 +74,34 @@ impl Setup<'_> {
     }
 
     /// Connects to the first DataNode, sends the op and waits for the whole pipeline's answer.
-    pub(crate) async fn connect(&self, settings: DnSettings) -> Result<DnConnection, SetupFailure> {
+    /// A failure ([`PipelineFailure::Setup`]) names the DataNode to blame.
+    pub(crate) async fn connect(
+        &self,
+        settings: DnSettings,
+    ) -> Result<DnConnection, PipelineFailure> {
         let Some(first) = self.nodes.first() else {
-            return Err(SetupFailure {
-                bad: None,
-                error: ClientError::protocol(
+            return Err(PipelineFailure::Setup {
+                node: unknown_node(),
+                stage: self.stage,
+                error: Box::new(ClientError::protocol(
                     "metadata service",
                     format!("no DataNode to write {} to", self.block.id),
-                ),
+                )),
             });
         };
-        set_up(first, self.op(), self.nodes, settings).await
+        set_up(first, self.op(), self.token, self.nodes, settings).await
     }
 }
 
 impl Pipeline {
     /// Connects to the first DataNode of `lb` and sets up a `Create` pipeline through all of
-    /// its locations.
+    /// its locations. A failure is a [`ClientError::Pipeline`] naming the DataNode to exclude.
     pub(crate) async fn create(
         lb: &LocatedBlock,
         client_name: &str,
         bpc: u32,
         settings: DnSettings,
-    ) -> Result<Pipeline, SetupFailure> {
+    ) -> Result<Pipeline, ClientError> {
         let setup = Setup {
             nodes: &lb.locations,
             block: ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 0),
@@ -110,8 +109,14 @@ impl Pipeline {
             latest_gen_stamp: lb.block.gen_stamp,
             client_name,
             bpc,
+            token: lb.token.as_ref(),
         };
-        Pipeline::open(&setup, settings).await
+        Pipeline::open(&setup, settings)
+            .await
+            .map_err(|failure| ClientError::Pipeline {
+                block: lb.block.id,
+                failure: Box::new(failure),
+            })
     }
 
     /// Sets up a pipeline that takes packets (`Create` or `StreamingRecovery`); its block is
@@ -120,7 +125,7 @@ impl Pipeline {
     pub(crate) async fn open(
         setup: &Setup<'_>,
         settings: DnSettings,
-    ) -> Result<Pipeline, SetupFailure> {
+    ) -> Result<Pipeline, PipelineFailure> {
         let conn = setup.connect(settings).await?;
         let (reader, writer) = conn.split();
         let now = Instant::now();
@@ -141,12 +146,17 @@ impl Pipeline {
         })
     }
 
-    /// The display name of the DataNode at `index` (`?` past the end).
-    pub(crate) fn node_name(&self, index: usize) -> String {
-        self.nodes
-            .get(index)
-            .map(|d| d.to_string())
-            .unwrap_or_else(|| format!("#{index} (unknown)"))
+    /// The first DataNode (the one the client talks to).
+    pub(crate) fn first(&self) -> DatanodeId {
+        self.nodes.first().cloned().unwrap_or_else(unknown_node)
+    }
+
+    /// A failure of the connection to the first DataNode.
+    pub(crate) fn connection_failure(&self, error: ClientError) -> PipelineFailure {
+        PipelineFailure::Connection {
+            node: self.first(),
+            error: Box::new(error),
+        }
     }
 
     /// Sends a packet with the next seqno and keeps it in the ack queue. A failed send blames
@@ -155,7 +165,7 @@ impl Pipeline {
         &mut self,
         mut packet: OutPacket,
         permit: Option<OwnedSemaphorePermit>,
-    ) -> Result<(), AckFailure> {
+    ) -> Result<(), PipelineFailure> {
         packet.header.seqno = self.next_seqno;
         self.next_seqno += 1;
         if packet.header.last {
@@ -179,7 +189,7 @@ impl Pipeline {
     }
 
     /// Sends a heartbeat packet.
-    pub(crate) async fn send_heartbeat(&mut self) -> Result<(), AckFailure> {
+    pub(crate) async fn send_heartbeat(&mut self) -> Result<(), PipelineFailure> {
         if self.acks.expected() == 0 {
             self.last_ack_progress = Instant::now();
         }
@@ -190,14 +200,11 @@ impl Pipeline {
     async fn write_frame(
         &mut self,
         frame: sluice_common::frame::Frame<Message>,
-    ) -> Result<(), AckFailure> {
-        let node = self.node_name(0);
+    ) -> Result<(), PipelineFailure> {
+        let node = self.first().to_string();
         let r = send_frame(&mut self.writer, frame, &node, self.settings.timeout).await;
         self.last_send = Instant::now();
-        r.map_err(|e| AckFailure {
-            bad_index: 0,
-            reason: format!("sending a packet failed: {e}"),
-        })
+        r.map_err(|e| self.connection_failure(e))
     }
 
     /// When the oldest expected ack is overdue (`None` when no ack is expected): the socket
@@ -219,10 +226,12 @@ impl Pipeline {
 async fn set_up(
     first: &DatanodeId,
     op: WriteBlockOp,
+    token: Option<&BlockToken>,
     nodes: &[DatanodeId],
     settings: DnSettings,
-) -> Result<DnConnection, SetupFailure> {
+) -> Result<DnConnection, PipelineFailure> {
     let block = op.block.id;
+    let stage = op.stage;
     // The answer comes only after every DataNode below has connected to its downstream and
     // answered, each within its own extended wait: wait longer than the first DataNode does,
     // so that its answer naming a dead downstream (first_bad_link) arrives before this times
@@ -231,14 +240,15 @@ async fn set_up(
         timeout: sluice_common::proto::ack_timeout(settings.timeout, nodes.len()),
         ..settings
     };
-    let blame_first = |error| SetupFailure {
-        bad: Some(first.clone()),
-        error,
+    let blame_first = |error| PipelineFailure::Setup {
+        node: first.clone(),
+        stage,
+        error: Box::new(error),
     };
     let mut conn = DnConnection::connect(first, settings)
         .await
         .map_err(blame_first)?;
-    conn.send_op(Op::WriteBlock(op))
+    conn.send_op(Op::WriteBlock(op), token)
         .await
         .map_err(blame_first)?;
     let frame = conn
@@ -269,8 +279,9 @@ async fn set_up(
         message = format!("{message} (first bad link {link})");
     }
     let error = crate::connection::status_error(conn.node(), block, resp.status, &message);
-    Err(SetupFailure {
-        bad: Some(bad),
-        error,
+    Err(PipelineFailure::Setup {
+        node: bad,
+        stage,
+        error: Box::new(error),
     })
 }

@@ -25,13 +25,14 @@
 //! The streamer then re-sends every unacknowledged packet, oldest first. The acknowledged
 //! length never shrinks: recovery only ever continues from it.
 
-use super::pipeline::{Pipeline, Setup, SetupFailure};
+use super::pipeline::{Pipeline, Setup};
 use super::replace::ReplaceRule;
 use crate::connection::{DnConnection, DnSettings};
-use crate::error::ClientError;
+use crate::error::{ClientError, CopyFailure, PipelineFailure, ReplaceFailure};
 use crate::filesystem::FsInner;
 use sluice_common::proto::{BlockStage, Op, TransferBlockOp};
-use sluice_common::rpc::AdditionalDatanodes;
+use sluice_common::rpc::{AdditionalDatanodes, LocatedBlock};
+use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, ExtendedBlock, GenerationStamp, MetaError, NodeId};
 use tracing::{info, warn};
 
@@ -45,10 +46,8 @@ pub(crate) struct Failed {
     pub block: ExtendedBlock,
     /// The pipeline's DataNodes, in order.
     pub nodes: Vec<DatanodeId>,
-    /// Position of the DataNode to blame.
-    pub bad_index: usize,
-    /// What happened.
-    pub reason: String,
+    /// What happened; its DataNode is the one to take out.
+    pub failure: PipelineFailure,
     /// Only the block's last packet is unacknowledged: finish the block with the survivors.
     pub closing: bool,
 }
@@ -90,17 +89,16 @@ impl Recovery<'_> {
         let Failed {
             block,
             mut nodes,
-            mut bad_index,
-            mut reason,
+            mut failure,
             closing,
         } = f;
         let first_failed = self.failed.len();
         loop {
-            self.take_out(block, &mut nodes, bad_index, &reason)?;
+            self.take_out(block, &mut nodes, failure)?;
             if !closing {
                 self.maybe_replace(block, &mut nodes).await?;
             }
-            let new_gs = self.new_gen_stamp(block).await?;
+            let (new_gs, token) = self.new_gen_stamp(block).await?;
             let stage = if closing {
                 BlockStage::CloseRecovery
             } else if block.num_bytes == 0 {
@@ -115,6 +113,7 @@ impl Recovery<'_> {
                 latest_gen_stamp: new_gs,
                 client_name: &self.fs.client_name,
                 bpc: self.fs.cfg.bytes_per_checksum,
+                token: token.as_ref(),
             };
             let outcome = if closing {
                 setup.connect(self.settings).await.map(|_answered| None)
@@ -135,35 +134,74 @@ impl Recovery<'_> {
                         },
                     });
                 }
-                Err(SetupFailure { bad, error }) => {
-                    bad_index = bad
-                        .and_then(|b| nodes.iter().position(|n| n.node_id == b.node_id))
-                        .unwrap_or(0);
-                    reason = format!("recovery set-up ({stage:?}) failed: {error}");
-                    warn!(block = %block.id, node = %nodes[bad_index.min(nodes.len() - 1)], %reason, "pipeline recovery set-up failed");
+                Err(f) => {
+                    warn!(block = %block.id, node = %f.node(), reason = %f, "pipeline recovery set-up failed");
+                    failure = f;
                 }
             }
         }
     }
 
-    /// Takes the DataNode at `bad` out of `nodes`; fails when none is left.
+    /// Sets up the pipeline of an append to the partial block `lb` (HDFS
+    /// `setupPipelineForAppendOrRecovery` with `PIPELINE_SETUP_APPEND`): a new generation
+    /// stamp, an `Append` set-up through the DataNodes holding the block, and the pipeline
+    /// recorded. A DataNode that fails the set-up is taken out and the rest are tried again
+    /// under another stamp (`PIPELINE_SETUP_APPEND_RECOVERY`; the DataNodes accept a replica
+    /// an earlier attempt reopened).
+    pub(crate) async fn append(mut self, lb: &LocatedBlock) -> Result<Pipeline, ClientError> {
+        let block = lb.block;
+        let mut nodes = lb.locations.clone();
+        if nodes.is_empty() {
+            return Err(ClientError::protocol(
+                "metadata service",
+                format!("named no DataNode holding the last block {}", block.id),
+            ));
+        }
+        loop {
+            let (new_gs, token) = self.new_gen_stamp(block).await?;
+            let setup = Setup {
+                nodes: &nodes,
+                block,
+                stage: BlockStage::Append,
+                latest_gen_stamp: new_gs,
+                client_name: &self.fs.client_name,
+                bpc: self.fs.cfg.bytes_per_checksum,
+                token: token.as_ref(),
+            };
+            match Pipeline::open(&setup, self.settings).await {
+                Ok(p) => {
+                    let new_block = ExtendedBlock::new(block.id, new_gs, block.num_bytes);
+                    self.update_pipeline(block, new_block, &nodes).await?;
+                    info!(block = %block.id, pipeline = ?names(&nodes), new_gen_stamp = %new_gs, length = block.num_bytes, "append pipeline set up");
+                    return Ok(p);
+                }
+                Err(failure) => self.take_out(block, &mut nodes, failure)?,
+            }
+        }
+    }
+
+    /// Takes the DataNode `failure` blames out of `nodes` (the first one when it is not in
+    /// the pipeline); fails when none is left.
     fn take_out(
         &mut self,
         block: ExtendedBlock,
         nodes: &mut Vec<DatanodeId>,
-        bad: usize,
-        reason: &str,
+        failure: PipelineFailure,
     ) -> Result<(), ClientError> {
-        if !nodes.is_empty() {
-            let node = nodes.remove(bad.min(nodes.len() - 1));
-            warn!(block = %block.id, node = %node, %reason, "DataNode taken out of the pipeline");
+        let bad = nodes
+            .iter()
+            .position(|n| n.node_id == failure.node().node_id)
+            .unwrap_or(0);
+        if bad < nodes.len() {
+            let node = nodes.remove(bad);
+            warn!(block = %block.id, node = %node, reason = %failure, "DataNode taken out of the pipeline");
             self.failed.push(node);
         }
         if nodes.is_empty() {
             return Err(ClientError::AllDatanodesBad {
                 block: block.id,
-                nodes: names(self.failed),
-                last: reason.to_string(),
+                nodes: self.failed.clone(),
+                last: Box::new(failure),
             });
         }
         Ok(())
@@ -181,65 +219,71 @@ impl Recovery<'_> {
         {
             return Ok(());
         }
-        let reason = match self.add_datanode(block, nodes).await? {
-            Ok(()) => return Ok(()),
-            Err(reason) => reason,
-        };
-        if self.rule.best_effort {
-            warn!(block = %block.id, survivors = nodes.len(), %reason, "no replacement DataNode; best-effort: going on with fewer");
-            return Ok(());
+        match self.add_datanode(block, nodes).await {
+            Err(ClientError::ReplaceDatanode { reason, .. }) if self.rule.best_effort => {
+                warn!(block = %block.id, survivors = nodes.len(), %reason, "no replacement DataNode; best-effort: going on with fewer");
+                Ok(())
+            }
+            r => r,
         }
-        Err(ClientError::ReplaceDatanode {
-            block: block.id,
-            policy: self.rule.policy_name().to_string(),
-            survivors: nodes.len(),
-            reason,
-        })
     }
 
     /// Picks a new DataNode and copies the acknowledged bytes to it (HDFS
-    /// `addDatanode2ExistingPipeline`). `Ok(Err(reason))`: no replacement could be added.
+    /// `addDatanode2ExistingPipeline`). No replacement to be had: [`ClientError::ReplaceDatanode`]
+    /// with the [`ReplaceFailure`]; a metadata RPC that fails otherwise is its own error.
     async fn add_datanode(
         &mut self,
         block: ExtendedBlock,
         nodes: &mut Vec<DatanodeId>,
-    ) -> Result<Result<(), String>, ClientError> {
+    ) -> Result<(), ClientError> {
         let sources = nodes.clone();
         let mut exclude: Vec<NodeId> = self.failed.iter().map(|d| d.node_id.clone()).collect();
-        let mut copy_failures = Vec::new();
+        let mut copies = Vec::new();
+        let no_replacement = |reason| ClientError::ReplaceDatanode {
+            block: block.id,
+            policy: self.rule.policy_name().to_string(),
+            survivors: sources.len(),
+            reason: Box::new(reason),
+        };
         for attempt in 0..MAX_REPLACEMENT_TRIES {
             let picked = match self.additional(block, nodes, &exclude).await {
                 Ok(p) => p,
-                Err(ClientError::Meta(e @ MetaError::NotEnoughDatanodes { .. })) => {
-                    copy_failures.push(format!("no more good DataNodes available to try ({e})"));
-                    return Ok(Err(copy_failures.join("; ")));
+                Err(ClientError::Meta(error @ MetaError::NotEnoughDatanodes { .. })) => {
+                    return Err(no_replacement(ReplaceFailure::NoMoreDatanodes {
+                        error,
+                        copies,
+                    }));
                 }
                 Err(e) => return Err(e),
             };
-            let Some(new) = picked.into_iter().next() else {
-                copy_failures.push("the metadata service offered no DataNode".into());
-                return Ok(Err(copy_failures.join("; ")));
+            let token = picked.token;
+            let Some(new) = picked.locations.into_iter().next() else {
+                return Err(no_replacement(ReplaceFailure::NoneOffered { copies }));
             };
             if block.num_bytes == 0 {
                 info!(block = %block.id, new = %new, "replacement DataNode added (nothing acknowledged to copy)");
                 nodes.push(new);
-                return Ok(Ok(()));
+                return Ok(());
             }
             let src = &sources[attempt % sources.len()];
-            match self.transfer(src, &new, block).await {
+            match self.transfer(src, &new, block, token.as_ref()).await {
                 Ok(()) => {
                     info!(block = %block.id, from = %src, to = %new, bytes = block.num_bytes, "replica copied to a replacement DataNode");
                     nodes.push(new);
-                    return Ok(Ok(()));
+                    return Ok(());
                 }
                 Err(e) => {
                     warn!(block = %block.id, from = %src, to = %new, error = %e, "copying the replica to a replacement failed");
-                    copy_failures.push(format!("copy from {src} to {new} failed: {e}"));
-                    exclude.push(new.node_id);
+                    exclude.push(new.node_id.clone());
+                    copies.push(CopyFailure {
+                        from: src.clone(),
+                        to: new,
+                        error: Box::new(e),
+                    });
                 }
             }
         }
-        Ok(Err(copy_failures.join("; ")))
+        Err(no_replacement(ReplaceFailure::CopiesFailed { copies }))
     }
 
     async fn additional(
@@ -247,7 +291,7 @@ impl Recovery<'_> {
         block: ExtendedBlock,
         nodes: &[DatanodeId],
         exclude: &[NodeId],
-    ) -> Result<Vec<DatanodeId>, ClientError> {
+    ) -> Result<LocatedBlock, ClientError> {
         let req = AdditionalDatanodes {
             path: self.path.to_string(),
             client: self.fs.client_name.clone(),
@@ -270,6 +314,7 @@ impl Recovery<'_> {
         src: &DatanodeId,
         target: &DatanodeId,
         block: ExtendedBlock,
+        token: Option<&BlockToken>,
     ) -> Result<(), ClientError> {
         // The answer comes once the whole copy is acknowledged: allow for it.
         let settings = DnSettings {
@@ -283,12 +328,16 @@ impl Recovery<'_> {
             stage: BlockStage::TransferRbw,
             client_name: self.fs.client_name.clone(),
         };
-        conn.send_op(Op::TransferBlock(op)).await?;
+        conn.send_op(Op::TransferBlock(op), token).await?;
         conn.recv_op_response(block.id).await?;
         Ok(())
     }
 
-    async fn new_gen_stamp(&self, block: ExtendedBlock) -> Result<GenerationStamp, ClientError> {
+    /// A new generation stamp for `block` and the write token for it.
+    async fn new_gen_stamp(
+        &self,
+        block: ExtendedBlock,
+    ) -> Result<(GenerationStamp, Option<BlockToken>), ClientError> {
         let client = self.fs.client_name.clone();
         let lb = self
             .fs
@@ -306,7 +355,7 @@ impl Recovery<'_> {
                 ),
             ));
         }
-        Ok(lb.block.gen_stamp)
+        Ok((lb.block.gen_stamp, lb.token))
     }
 
     async fn update_pipeline(

@@ -14,7 +14,7 @@
 //! left, no replacement where the policy requires one, the same packet failing more than
 //! [`super::replace::MAX_RECOVERIES_PER_PACKET`] times, a metadata error).
 
-use super::ack::{AckFailure, AckOutcome, AckQueue, InFlight};
+use super::ack::{AckOutcome, AckQueue, InFlight};
 use super::metadata;
 use super::packet::OutPacket;
 use super::pipeline::Pipeline;
@@ -22,7 +22,7 @@ use super::recovery::{Failed, Recovered, Recovery};
 use super::replace::{RecoveryBudget, ReplaceRule};
 pub(crate) use super::shared::WriterShared;
 use crate::connection::DnSettings;
-use crate::error::ClientError;
+use crate::error::{ClientError, PipelineFailure};
 use crate::filesystem::FsInner;
 use futures::StreamExt;
 use sluice_common::frame::Frame;
@@ -148,6 +148,52 @@ impl Streamer {
             flush_waiters: Vec::new(),
             close_waiter: None,
         }
+    }
+
+    /// A streamer appending to `path`: continuing on `pipeline` (an append to a partial last
+    /// block, set up by [`Streamer::setup_append`]) or, without one, starting a new block
+    /// after `previous`; `file_len` bytes are in the file already. An appender counts as
+    /// having hflushed for the replacement policy (HDFS `isAppend`): bytes already in the
+    /// file must not be left on fewer DataNodes.
+    pub(crate) fn resume(
+        mut self,
+        pipeline: Option<Pipeline>,
+        previous: Option<ExtendedBlock>,
+        file_len: u64,
+    ) -> Streamer {
+        self.hflushed = true;
+        self.previous = previous;
+        self.finished_bytes = file_len - pipeline.as_ref().map_or(0, |p| p.block.num_bytes);
+        self.shared.set_acked(file_len);
+        if let Some(p) = &pipeline {
+            self.shared.set_pipeline(&p.nodes);
+        }
+        self.pipeline = pipeline;
+        self
+    }
+
+    /// Sets up the pipeline of an append to the partial last block `lb`.
+    pub(crate) async fn setup_append(
+        fs: &FsInner,
+        path: &str,
+        lb: &sluice_common::rpc::LocatedBlock,
+        replication: u16,
+    ) -> Result<Pipeline, ClientError> {
+        let settings = DnSettings {
+            timeout: fs.cfg.socket_timeout.get(),
+            max_frame: fs.cfg.max_frame_bytes.as_usize(),
+        };
+        let mut failed = Vec::new();
+        let r = Recovery {
+            fs,
+            path,
+            settings,
+            rule: ReplaceRule::from_config(&fs.cfg),
+            replication,
+            hflushed: true,
+            failed: &mut failed,
+        };
+        r.append(lb).await
     }
 
     /// Runs until the file is completed, the writer goes away, or the write fails.
@@ -330,20 +376,31 @@ impl Streamer {
                 ..
             })) => ack,
             Some(Ok(f)) => {
-                let reason = format!(
-                    "expected an Ack, got {}",
-                    crate::connection::message_name(&f.header)
-                );
-                return self.fail_pipeline(0, reason).await;
+                let failure = PipelineFailure::AckProtocol {
+                    node: p.first(),
+                    reason: format!(
+                        "expected an Ack, got {}",
+                        crate::connection::message_name(&f.header)
+                    ),
+                };
+                return self.fail_pipeline(failure).await;
             }
-            Some(Err(e)) => return self.fail_pipeline(0, format!("reading acks: {e}")).await,
+            Some(Err(e)) => {
+                let node = p.first().to_string();
+                let error = crate::connection::frame_error(&node, "reading acks", e);
+                let failure = p.connection_failure(error);
+                return self.fail_pipeline(failure).await;
+            }
             None => {
-                return self
-                    .fail_pipeline(0, "connection closed while acks were expected".into())
-                    .await
+                let error = ClientError::Closed {
+                    node: p.first().to_string(),
+                    what: "acks",
+                };
+                let failure = p.connection_failure(error);
+                return self.fail_pipeline(failure).await;
             }
         };
-        let outcome = match p.acks.on_ack(&ack, p.nodes.len()) {
+        let outcome = match p.acks.on_ack(&ack, &p.nodes) {
             Ok(o) => o,
             Err(f) => {
                 self.on_pipeline_failure(f).await?;
@@ -366,13 +423,8 @@ impl Streamer {
         Ok(Flow::Continue)
     }
 
-    async fn fail_pipeline(
-        &mut self,
-        bad_index: usize,
-        reason: String,
-    ) -> Result<Flow, ClientError> {
-        self.on_pipeline_failure(AckFailure { bad_index, reason })
-            .await?;
+    async fn fail_pipeline(&mut self, failure: PipelineFailure) -> Result<Flow, ClientError> {
+        self.on_pipeline_failure(failure).await?;
         Ok(Flow::Continue)
     }
 
@@ -405,11 +457,11 @@ impl Streamer {
             return Ok(Flow::Continue);
         };
         if p.ack_deadline().is_some_and(|d| now >= d) {
-            let reason = format!(
-                "no ack within the socket timeout ({:?})",
-                self.settings.timeout
-            );
-            return self.fail_pipeline(0, reason).await;
+            let failure = PipelineFailure::AckTimeout {
+                node: p.first(),
+                after: sluice_common::proto::ack_timeout(self.settings.timeout, p.nodes.len()),
+            };
+            return self.fail_pipeline(failure).await;
         }
         if !self.ending && now >= p.heartbeat_due() {
             debug!(block = %p.block.id, "sending heartbeat");
@@ -420,11 +472,11 @@ impl Streamer {
         Ok(Flow::Continue)
     }
 
-    /// The pipeline failed at `f.bad_index` (HDFS `processDatanodeOrExternalError`): the
+    /// The pipeline failed at `f.node()` (HDFS `processDatanodeOrExternalError`): the
     /// unacknowledged packets go back in front of the writer's queue, [`Recovery`] rebuilds
     /// the pipeline, and they are re-sent. A failure while re-sending starts over. Returns an
     /// error when the write cannot go on.
-    async fn on_pipeline_failure(&mut self, mut f: AckFailure) -> Result<(), ClientError> {
+    async fn on_pipeline_failure(&mut self, mut f: PipelineFailure) -> Result<(), ClientError> {
         loop {
             let Some(mut p) = self.pipeline.take() else {
                 return Err(ClientError::WriterClosed {
@@ -432,15 +484,13 @@ impl Streamer {
                 });
             };
             let in_flight = p.acks.drain();
-            let node = p.node_name(f.bad_index);
-            warn!(block = %p.block.id, node = %node, reason = %f.reason, unacked = in_flight.len(), acked = p.block.num_bytes, "pipeline failed");
+            warn!(block = %p.block.id, node = %f.node(), reason = %f, unacked = in_flight.len(), acked = p.block.num_bytes, "pipeline failed");
             let progress = p.acks.acked_packets();
             if self.budget.on_failure(p.block.id, progress).is_err() {
                 return Err(ClientError::RecoveryLimit {
                     block: p.block.id,
                     attempts: self.budget.tried(),
-                    node,
-                    last: f.reason,
+                    last: Box::new(f),
                 });
             }
             let closing = self.ending && p.last_sent;
@@ -448,8 +498,7 @@ impl Streamer {
             let failed = Failed {
                 block,
                 nodes: std::mem::take(&mut p.nodes),
-                bad_index: f.bad_index,
-                reason: f.reason,
+                failure: f,
                 closing,
             };
             drop(p); // closes the connection to the old first DataNode
@@ -498,8 +547,8 @@ impl Streamer {
         self.excluded.retain(|(_, at)| at.elapsed() < expiry);
         let cached: Vec<NodeId> = self.excluded.iter().map(|(n, _)| n.clone()).collect();
         let mut excluded = cached.clone();
-        let mut tried: Vec<String> = Vec::new();
-        let mut last = String::new();
+        let mut tried: Vec<DatanodeId> = Vec::new();
+        let mut last: Option<ClientError> = None;
         self.failed.clear();
         for attempt in 1..=attempts {
             let lb = match metadata::add_block(&self.fs, &self.path, self.previous, &excluded).await
@@ -514,10 +563,10 @@ impl Streamer {
                     continue;
                 }
                 // Excluding failed DataNodes left too few: report the whole story.
-                Err(ClientError::Meta(e @ MetaError::NotEnoughDatanodes { .. }))
+                Err(e @ ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
                     if !excluded.is_empty() =>
                 {
-                    last = format!("{last}; then add_block: {e}");
+                    last = Some(e);
                     break;
                 }
                 Err(e) => return Err(e),
@@ -529,18 +578,21 @@ impl Streamer {
                     debug!(block = %lb.block.id, nodes = lb.locations.len(), "pipeline set up");
                     return Ok(p);
                 }
-                Err(f) => {
-                    warn!(block = %lb.block.id, attempt, error = %f.error, "pipeline set-up failed");
+                Err(e) => {
+                    warn!(block = %lb.block.id, attempt, error = %e, "pipeline set-up failed");
                     metadata::abandon(&self.fs, &self.path, &lb).await;
-                    let bad = f.bad.or_else(|| lb.locations.first().cloned());
+                    let bad = match &e {
+                        ClientError::Pipeline { failure, .. } => Some(failure.node().clone()),
+                        _ => lb.locations.first().cloned(),
+                    };
                     if let Some(bad) = bad {
-                        tried.push(bad.to_string());
                         if !expiry.is_zero() {
                             self.excluded.push((bad.node_id.clone(), Instant::now()));
                         }
-                        excluded.push(bad.node_id);
+                        excluded.push(bad.node_id.clone());
+                        tried.push(bad);
                     }
-                    last = f.error.to_string();
+                    last = Some(e);
                 }
             }
         }
@@ -548,14 +600,16 @@ impl Streamer {
             path: self.path.clone(),
             attempts,
             tried,
-            last,
+            last: Box::new(last.unwrap_or_else(|| {
+                ClientError::protocol("metadata service", "no block to set a pipeline up for")
+            })),
         })
     }
 }
 
 /// Re-sends `packets` (oldest first) on a rebuilt pipeline. On a failure the packets not yet
 /// sent are queued behind the failed one, so the next recovery finds them all, in order.
-async fn resend(p: &mut Pipeline, packets: Vec<InFlight>) -> Result<(), AckFailure> {
+async fn resend(p: &mut Pipeline, packets: Vec<InFlight>) -> Result<(), PipelineFailure> {
     let mut rest = packets.into_iter();
     for inf in rest.by_ref() {
         if let Err(f) = p.send(inf.packet, inf.permit).await {

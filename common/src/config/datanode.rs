@@ -33,6 +33,10 @@ pub struct DatanodeConfig {
     pub data_dirs: PathList,
     /// Topology label used by placement.
     pub rack: String,
+    /// File holding the cluster secret this DataNode proves to the metadata service (read at
+    /// every registration). Empty: the `SLUICE_CLUSTER_SECRET` environment variable, or none.
+    #[serde(rename = "cluster.secret.file")]
+    pub cluster_secret_file: std::path::PathBuf,
     /// Heartbeat interval.
     #[serde(rename = "heartbeat.interval")]
     pub heartbeat_interval: HumanDuration,
@@ -130,6 +134,7 @@ impl Default for DatanodeConfig {
             advertised_port: 0,
             data_dirs: PathList(vec!["./sluice-data/datanode".into()]),
             rack: "/default-rack".into(),
+            cluster_secret_file: std::path::PathBuf::new(),
             heartbeat_interval: HumanDuration::secs(3),
             block_report_interval: HumanDuration::secs(6 * 3600),
             socket_timeout: HumanDuration::secs(60),

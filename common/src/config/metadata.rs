@@ -65,6 +65,34 @@ pub struct MetadataConfig {
     /// reported after this long is started again with another primary and a new recovery id.
     #[serde(rename = "block.recovery.timeout")]
     pub block_recovery_timeout: HumanDuration,
+    /// Requests of each protocol (client, DataNode: separate pools) handled at once, a change
+    /// counting until it is durable and answered; more wait for a permit. Also the most
+    /// requests one connection may have outstanding (more are answered with an error).
+    #[serde(rename = "rpc.inflight.max")]
+    pub rpc_inflight_max: u32,
+    /// Group commit (HDFS `logSync` batching): a change's batches stay in memory until one
+    /// flush writes and syncs every change queued so far. Off, each batch is written to the
+    /// store under the state lock (waiting for a running flush) and flushes are only
+    /// coalesced; kept to measure the difference (`sluice bench meta --group-commit off,on`).
+    #[serde(rename = "store.group-commit")]
+    pub group_commit: bool,
+    /// Sign block access tokens and have DataNodes demand them (HDFS's
+    /// `dfs.block.access.token.enable`). Off: any peer may read, write, copy or recover any
+    /// replica.
+    #[serde(rename = "block.access-token.enable")]
+    pub block_token_enable: bool,
+    /// How long a block access token is valid (HDFS's `dfs.block.access.token.lifetime`).
+    #[serde(rename = "block.access-token.lifetime")]
+    pub block_token_lifetime: HumanDuration,
+    /// How often the token-signing key rolls over (HDFS's
+    /// `dfs.block.access.key.update.interval`); at least the token lifetime.
+    #[serde(rename = "block.access-token.key-update-interval")]
+    pub block_key_update_interval: HumanDuration,
+    /// File holding the cluster secret DataNodes must prove to register and heartbeat; created
+    /// with a fresh secret when missing. Empty: the `SLUICE_CLUSTER_SECRET` environment
+    /// variable, or no secret (any host may then join as a DataNode; a warning is logged).
+    #[serde(rename = "cluster.secret.file")]
+    pub cluster_secret_file: PathBuf,
 }
 
 impl Default for MetadataConfig {
@@ -88,6 +116,12 @@ impl Default for MetadataConfig {
             replication_work_multiplier: 2,
             replication_pending_timeout: HumanDuration::secs(300),
             block_recovery_timeout: HumanDuration::secs(180),
+            rpc_inflight_max: 1024,
+            group_commit: true,
+            block_token_enable: true,
+            block_token_lifetime: HumanDuration::secs(3600),
+            block_key_update_interval: HumanDuration::secs(3600),
+            cluster_secret_file: PathBuf::new(),
         }
     }
 }
@@ -166,6 +200,27 @@ impl MetadataConfig {
             if value.get().is_zero() {
                 return Err(ConfigError::invalid(key, value, "must be positive"));
             }
+        }
+        if self.rpc_inflight_max == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.rpc.inflight.max",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.block_token_lifetime.get().is_zero() {
+            return Err(ConfigError::invalid(
+                "metadata.block.access-token.lifetime",
+                self.block_token_lifetime,
+                "must be positive",
+            ));
+        }
+        if self.block_key_update_interval < self.block_token_lifetime {
+            return Err(ConfigError::invalid(
+                "metadata.block.access-token.key-update-interval",
+                self.block_key_update_interval,
+                "must be at least block.access-token.lifetime (a token outlives one roll-over, not two)",
+            ));
         }
         if self.replication_max_streams == 0 {
             return Err(ConfigError::invalid(

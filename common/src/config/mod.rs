@@ -13,11 +13,13 @@
 
 mod client;
 mod datanode;
+mod log;
 mod metadata;
 pub mod units;
 
 pub use client::{ClientConfig, ReadMode, ReplacePolicy};
 pub use datanode::{DatanodeConfig, PrefetchAdvice};
+pub use log::{ColorMode, LogConfig, LogFormat};
 pub use metadata::MetadataConfig;
 pub use units::{ByteSize, HumanDuration, Millis, PathList};
 
@@ -95,6 +97,8 @@ pub struct SluiceConfig {
     pub datanode: DatanodeConfig,
     /// `[client]`.
     pub client: ClientConfig,
+    /// `[log]`: every binary's log output.
+    pub log: LogConfig,
 }
 
 impl SluiceConfig {
@@ -163,6 +167,7 @@ impl SluiceConfig {
                 "metadata" => out.metadata = section("metadata", body)?,
                 "datanode" => out.datanode = section("datanode", body)?,
                 "client" => out.client = section("client", body)?,
+                "log" => out.log = section("log", body)?,
                 _ => return Err(ConfigError::UnknownSection { section: name }),
             }
         }

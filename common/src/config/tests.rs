@@ -158,3 +158,125 @@ fn write_buffer_permits_follow_the_cap() {
     d.write_buffer_max_capacity_mb = -1;
     assert_eq!(d.write_buffer_permits(), None);
 }
+
+#[test]
+fn log_section_selects_json_lines_and_colour() {
+    let cfg = SluiceConfig::from_toml_str("[log]\nformat = \"json\"\ncolor = \"never\"\n")
+        .expect("parse");
+    assert_eq!(cfg.log.format, LogFormat::Json);
+    assert_eq!(cfg.log.color, ColorMode::Never);
+    let cfg =
+        SluiceConfig::load_with_env(None, env(&[("SLUICE_LOG__FORMAT", "json")])).expect("env");
+    assert_eq!(cfg.log.format, LogFormat::Json);
+    assert_eq!(cfg.log.color, ColorMode::Auto);
+    let err = SluiceConfig::from_toml_str("[log]\nformat = \"xml\"\n").expect_err("bad format");
+    assert!(err.to_string().contains("format"), "{err}");
+}
+
+/// The key rows (`| `key` | default | meaning |`) of each `## `[section]`` of
+/// docs/configuration.md: section → [(key, default cell)].
+fn documented_keys() -> std::collections::BTreeMap<String, Vec<(String, String)>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
+    let text = std::fs::read_to_string(&path).expect("read docs/configuration.md");
+    let mut out: std::collections::BTreeMap<String, Vec<(String, String)>> = Default::default();
+    let mut section = None;
+    // The column of the defaults in the current table (its header names it `default`).
+    let mut column = 1;
+    for line in text.lines() {
+        if line.starts_with("| key |") {
+            let headers: Vec<&str> = line.split('|').map(str::trim).skip(1).collect();
+            column = headers.iter().position(|h| *h == "default").unwrap_or(1);
+            continue;
+        }
+        if let Some(h) = line.strip_prefix("## ") {
+            section = h
+                .trim()
+                .strip_prefix("`[")
+                .and_then(|s| s.strip_suffix("]`"))
+                .map(str::to_string);
+            continue;
+        }
+        let (Some(section), Some(row)) = (&section, line.strip_prefix("| `")) else {
+            continue;
+        };
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let key = cells
+            .first()
+            .copied()
+            .unwrap_or_default()
+            .trim_end_matches('`');
+        let default = cells.get(column).copied().unwrap_or_default();
+        out.entry(section.clone())
+            .or_default()
+            .push((key.to_string(), default.to_string()));
+    }
+    out
+}
+
+/// A default cell as a value: `(empty)` is the empty string; backticks and a trailing `(...)`
+/// remark dropped; JSON when it parses as JSON (numbers, booleans, lists), else the text.
+fn default_value(cell: &str) -> Value {
+    if cell == "(empty)" {
+        return Value::String(String::new());
+    }
+    let text = cell.replace('`', "");
+    let text = text.split(" (").next().unwrap_or_default().trim();
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// Checks one section: every key of `T`'s defaults is documented, every documented key exists,
+/// and each documented default, read back as that key's value, gives the section's default.
+fn check_section<T>(section: &str, documented: &[(String, String)], problems: &mut Vec<String>)
+where
+    T: serde::Serialize + DeserializeOwned + Default + PartialEq + std::fmt::Debug,
+{
+    let Value::Object(defaults) = serde_json::to_value(T::default()).expect("serialize") else {
+        panic!("[{section}] does not serialize to a table");
+    };
+    for key in defaults.keys() {
+        if !documented.iter().any(|(k, _)| k == key) {
+            problems.push(format!("[{section}] {key} is not in docs/configuration.md"));
+        }
+    }
+    for (key, cell) in documented {
+        if !defaults.contains_key(key) {
+            problems.push(format!("[{section}] {key} is documented but is no key"));
+            continue;
+        }
+        let value = default_value(cell);
+        let parse = |v: Value| {
+            let mut one = Map::new();
+            one.insert(key.clone(), v);
+            serde_json::from_value::<T>(Value::Object(one)).ok()
+        };
+        // A number-looking default may be a string-typed key (a port list, a size): try both.
+        let read = parse(value.clone()).or_else(|| parse(Value::String(cell.replace('`', ""))));
+        match read {
+            Some(t) if t == T::default() => {}
+            Some(_) => problems.push(format!(
+                "[{section}] {key}: the documented default {cell} is not the default {}",
+                defaults[key]
+            )),
+            None => problems.push(format!(
+                "[{section}] {key}: the documented default {cell} does not parse"
+            )),
+        }
+    }
+}
+
+#[test]
+fn the_reference_lists_every_key_with_its_default() {
+    let docs = documented_keys();
+    let mut problems = Vec::new();
+    let none = Vec::new();
+    let rows = |s: &str| docs.get(s).unwrap_or(&none);
+    check_section::<MetadataConfig>("metadata", rows("metadata"), &mut problems);
+    check_section::<DatanodeConfig>("datanode", rows("datanode"), &mut problems);
+    check_section::<ClientConfig>("client", rows("client"), &mut problems);
+    check_section::<LogConfig>("log", rows("log"), &mut problems);
+    assert!(
+        problems.is_empty(),
+        "docs/configuration.md is out of date:\n{}",
+        problems.join("\n")
+    );
+}

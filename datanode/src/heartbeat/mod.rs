@@ -101,7 +101,10 @@ async fn run_inner(ctx: Ctx, tracker: TaskTracker) {
 
 async fn register(ctx: &Ctx) -> Result<DatanodeProtocolClient, String> {
     let addr = ctx.cfg.metadata_address.clone();
-    let client = tokio::time::timeout(RPC_TIMEOUT, rpc::connect_datanode_protocol(addr.as_str()))
+    let secret = sluice_common::auth::ClusterSecret::resolve(&ctx.cfg.cluster_secret_file)
+        .map_err(|e| format!("cluster secret: {e}"))?;
+    let connect = rpc::connect_datanode_protocol_with(addr.as_str(), secret.as_ref());
+    let client = tokio::time::timeout(RPC_TIMEOUT, connect)
         .await
         .map_err(|_| format!("connecting to {addr} timed out"))?
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
@@ -120,6 +123,7 @@ async fn register(ctx: &Ctx) -> Result<DatanodeProtocolClient, String> {
     .map_err(|e| format!("register: {e}"))?
     .map_err(|e| format!("register refused: {e}"))?;
     ctx.metrics.registrations.inc();
+    ctx.set_block_keys(resp.block_keys);
     ctx.set_registered(true);
     tracing::info!(metadata = %addr, id = %ctx.id, heartbeat_ms = resp.heartbeat_interval_ms, "registered");
     Ok(client)
@@ -262,13 +266,18 @@ async fn heartbeat(
         .await,
     )?;
     ctx.metrics.heartbeats_sent.inc();
+    if resp.block_keys.is_some() {
+        ctx.set_block_keys(resp.block_keys);
+    }
     let mut reregister = false;
     for cmd in resp.commands {
         match cmd {
             DatanodeCommand::Delete { blocks } => delete(ctx, blocks).await,
-            DatanodeCommand::Transfer { block, targets } => {
-                spawn_transfer(ctx, tracker, block, targets)
-            }
+            DatanodeCommand::Transfer {
+                block,
+                targets,
+                token,
+            } => spawn_transfer(ctx, tracker, block, targets, token),
             DatanodeCommand::RecoverBlock(rb) => {
                 let span = tracing::info_span!("block_recovery", block = %rb.block.id, node = %ctx.node_id, recovery_id = %rb.recovery_id);
                 let work = crate::recovery::worker::recover_block(ctx.clone(), client.clone(), rb);
@@ -305,6 +314,7 @@ fn spawn_transfer(
     tracker: &TaskTracker,
     block: sluice_common::ExtendedBlock,
     targets: Vec<sluice_common::DatanodeId>,
+    token: Option<sluice_common::token::BlockToken>,
 ) {
     let slot = TransferSlot::take(&ctx.metrics);
     let c = ctx.clone();
@@ -320,7 +330,7 @@ fn spawn_transfer(
             let _slot = slot;
             c.metrics.replication_transfers.inc();
             c.metrics.transfer_block_ops.inc();
-            if let Err(e) = crate::transfer::transfer(&c, op).await {
+            if let Err(e) = crate::transfer::transfer(&c, op, token.as_ref()).await {
                 c.metrics.replication_transfer_failures.inc();
                 tracing::warn!("transfer command failed: {e}");
             }

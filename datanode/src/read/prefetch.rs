@@ -16,9 +16,9 @@
 //! read-ahead) the advice on top made cold streaming reads ~40% slower.
 
 use crate::metrics::Metrics;
+use crate::sys::{fadvise, Advice};
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
 /// Prefetch and drop-behind state of one streaming read.
@@ -107,16 +107,16 @@ impl Prefetcher {
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let file = Arc::clone(file);
-                drop(rt.spawn_blocking(move || advise(&file, off, len, libc::POSIX_FADV_WILLNEED)));
+                drop(rt.spawn_blocking(move || fadvise(&file, off, len, Advice::WillNeed)));
             }
-            Err(_) => advise(file, off, len, libc::POSIX_FADV_WILLNEED),
+            Err(_) => fadvise(file, off, len, Advice::WillNeed),
         }
     }
 
     /// Issues the advice due once everything before `pos` was read.
     pub fn after_read(&mut self, file: &File, pos: u64, metrics: &Metrics) {
         if let Some((off, len)) = self.behind(pos) {
-            advise(file, off, len, libc::POSIX_FADV_DONTNEED);
+            fadvise(file, off, len, Advice::DontNeed);
             metrics.dropbehind_bytes.add(len);
         }
     }
@@ -139,17 +139,6 @@ pub fn device_read_ahead(file: &File) -> Option<u64> {
     .find_map(|p| std::fs::read_to_string(p).ok())
     .and_then(|s| s.trim().parse::<u64>().ok())
     .map(|kb| kb * 1024)
-}
-
-fn advise(file: &File, off: u64, len: u64, advice: libc::c_int) {
-    let (Ok(off), Ok(len)) = (libc::off_t::try_from(off), libc::off_t::try_from(len)) else {
-        return;
-    };
-    // SAFETY: the fd is valid for the life of `file`; fadvise only reads its arguments.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, advice) };
-    if rc != 0 {
-        tracing::debug!(rc, "posix_fadvise failed (ignored)");
-    }
 }
 
 #[cfg(test)]

@@ -16,18 +16,14 @@ use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
 use crate::wire::{self, FrameWriter};
 use actix::Actor;
-use bytes::{Buf, BufMut, Bytes};
-use futures::SinkExt;
+use bytes::Bytes;
 use sluice_common::checksum;
 use sluice_common::config::PrefetchAdvice;
-use sluice_common::frame::{self, PREFIX_LEN};
 use sluice_common::proto::{
     ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfoOp,
     ReplicaState,
 };
-use sluice_common::{ExtendedBlock, FrameError, Status};
-use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use sluice_common::{ExtendedBlock, Status};
 use tokio::sync::mpsc;
 
 /// Room for a frame's prefix and header beside its payload.
@@ -91,51 +87,10 @@ async fn send_piece(ctx: &Ctx, w: &mut FrameWriter, p: &Piece, bpc: u32) -> Resu
         data_len: p.data_len() as u32,
         bytes_per_checksum: bpc,
     };
-    let max = ctx.cfg.max_frame_bytes.as_usize();
     let t = ctx.socket_timeout();
-    write_frame(w, &Message::Chunk(header), p.payload_bytes(), max, t).await?;
+    wire::write_direct(w, &Message::Chunk(header), p.payload_bytes(), t).await?;
     ctx.metrics.bytes_read.add(p.data_len() as u64);
     Ok(())
-}
-
-/// Writes one frame straight from `payload` to the socket, prefix and header in the same
-/// vectored write: the codec would first copy the whole payload into its write buffer.
-async fn write_frame(
-    w: &mut FrameWriter,
-    msg: &Message,
-    payload: &[u8],
-    max_frame: usize,
-    timeout: Duration,
-) -> Result<()> {
-    let header = frame::encode_header(msg)?;
-    let frame_len = 4 + header.len() + payload.len();
-    if frame_len > max_frame {
-        return Err(FrameError::TooLarge {
-            len: frame_len as u64,
-            max: max_frame as u64,
-        }
-        .into());
-    }
-    let mut head = Vec::with_capacity(PREFIX_LEN + header.len());
-    head.put_u32(frame_len as u32);
-    head.put_u32(header.len() as u32);
-    head.put_slice(&header);
-    let write = async {
-        // Anything the codec still buffers goes first.
-        w.flush().await?;
-        let mut buf = head.as_slice().chain(payload);
-        w.get_mut()
-            .write_all_buf(&mut buf)
-            .await
-            .map_err(|e| DatanodeError::from(FrameError::Io(e)))
-    };
-    match tokio::time::timeout(timeout, write).await {
-        Ok(r) => r,
-        Err(_) => Err(DatanodeError::Timeout {
-            what: "the peer to take a frame",
-            secs: timeout.as_secs_f64(),
-        }),
-    }
 }
 
 /// The data bytes per piece: asked (0: configured), a multiple of `bpc`, fitting a frame.

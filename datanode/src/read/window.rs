@@ -36,7 +36,8 @@ impl ReadWindow {
         self.ahead
     }
 
-    /// Slots free right now (tests and diagnostics).
+    /// Slots free right now (tests).
+    #[cfg(test)]
     pub fn free_slots(&self) -> usize {
         self.slots.available_permits()
     }

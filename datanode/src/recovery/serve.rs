@@ -46,7 +46,10 @@ fn answer(ctx: &Ctx, r: Result<ReplicaInfo>) -> OpResponse {
 /// Stops the replica's writer and puts the replica under recovery.
 pub(crate) async fn init(ctx: &Ctx, op: InitReplicaRecoveryOp) -> Result<ReplicaInfo> {
     if let Some(entry) = ctx.dataset.get(op.block.id) {
-        crate::write::receiver::stop_writer(ctx, &entry).await?;
+        entry
+            .live
+            .stop_writer(entry.id, ctx.socket_timeout())
+            .await?;
     }
     let ds = ctx.dataset.clone();
     let info = ctx

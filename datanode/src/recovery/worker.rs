@@ -21,6 +21,7 @@ use sluice_common::proto::{
     InitReplicaRecoveryOp, Message, Op, OpResponse, ReplicaInfo, UpdateReplicaOp, PROTOCOL_VERSION,
 };
 use sluice_common::rpc::{self, BlockSync, DatanodeProtocolClient, RecoveringBlock};
+use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, ExtendedBlock, NodeId, Status};
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ async fn run(ctx: &Ctx, rb: &RecoveringBlock) -> Result<BlockSync> {
         recovery_id: rb.recovery_id,
     };
     let asks = rb.locations.iter().map(|loc| async move {
-        let r = call(ctx, loc, Op::InitReplicaRecovery(init)).await;
+        let r = call(ctx, loc, Op::InitReplicaRecovery(init), rb.token.as_ref()).await;
         (loc, r)
     });
     let mut answers = Vec::new();
@@ -78,11 +79,10 @@ async fn run(ctx: &Ctx, rb: &RecoveringBlock) -> Result<BlockSync> {
             }
         }
     }
-    let decision =
-        decide(rb.block.gen_stamp, &answers).map_err(|e| DatanodeError::InvalidReplica {
-            block: rb.block.id,
-            reason: e.to_string(),
-        })?;
+    let decision = decide(rb.block, &answers).map_err(|e| DatanodeError::InvalidReplica {
+        block: rb.block.id,
+        reason: e.to_string(),
+    })?;
     tracing::info!(answers = ?answers, decision = ?decision, "block recovery decided");
     match decision {
         Decision::Delete if failed.is_empty() => Ok(sync(rb, 0, true, vec![])),
@@ -123,7 +123,13 @@ async fn update_all(
         Some(async move {
             (
                 loc,
-                call(ctx, loc, Op::UpdateReplicaUnderRecovery(op)).await,
+                call(
+                    ctx,
+                    loc,
+                    Op::UpdateReplicaUnderRecovery(op),
+                    rb.token.as_ref(),
+                )
+                .await,
             )
         })
     });
@@ -158,7 +164,12 @@ fn answer_of(node: &NodeId, info: ReplicaInfo) -> ReplicaAnswer {
 }
 
 /// Runs a recovery op on `loc`: locally when it is this DataNode, else over a connection.
-async fn call(ctx: &Ctx, loc: &DatanodeId, op: Op) -> Result<ReplicaInfo> {
+async fn call(
+    ctx: &Ctx,
+    loc: &DatanodeId,
+    op: Op,
+    token: Option<&BlockToken>,
+) -> Result<ReplicaInfo> {
     if loc.node_id == ctx.node_id {
         return match op {
             Op::InitReplicaRecovery(op) => serve::init(ctx, op).await,
@@ -173,7 +184,7 @@ async fn call(ctx: &Ctx, loc: &DatanodeId, op: Op) -> Result<ReplicaInfo> {
         Op::UpdateReplicaUnderRecovery(o) => o.block.id,
         _ => return Err(DatanodeError::invalid("not a recovery op")),
     };
-    let resp = remote(ctx, &loc.data_addr, op).await?;
+    let resp = remote(ctx, &loc.data_addr, op, token).await?;
     match (resp.status, resp.replica) {
         (Status::Success, Some(info)) => Ok(info),
         (Status::ErrorNotFound, _) => Err(DatanodeError::ReplicaNotFound { block: id }),
@@ -186,7 +197,7 @@ async fn call(ctx: &Ctx, loc: &DatanodeId, op: Op) -> Result<ReplicaInfo> {
 
 /// Sends one op to `addr` (from `bind.host`, as every outbound data connection) and reads its
 /// `OpResponse`.
-async fn remote(ctx: &Ctx, addr: &str, op: Op) -> Result<OpResponse> {
+async fn remote(ctx: &Ctx, addr: &str, op: Op, token: Option<&BlockToken>) -> Result<OpResponse> {
     let t = ctx.socket_timeout();
     let down = |reason: String| DatanodeError::Downstream {
         addr: addr.to_string(),
@@ -201,6 +212,7 @@ async fn remote(ctx: &Ctx, addr: &str, op: Op) -> Result<OpResponse> {
     let msg = Message::Op {
         version: PROTOCOL_VERSION,
         op,
+        token: token.cloned(),
     };
     wire::send(&mut writer, msg, Bytes::new(), t).await?;
     match wire::recv(&mut reader, t, "a recovery answer").await? {

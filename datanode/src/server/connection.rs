@@ -13,6 +13,7 @@ use crate::wire::{self, FrameReader, FrameWriter};
 use crate::{transfer, write};
 use futures::StreamExt;
 use sluice_common::proto::{Message, Op, OpResponse, TransferBlockOp, PROTOCOL_VERSION};
+use sluice_common::token::BlockToken;
 use sluice_common::{FrameError, Status};
 use tokio::net::TcpStream;
 use tracing::Instrument;
@@ -33,14 +34,14 @@ pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
             Ok(Some(Ok(f))) => f,
             Ok(Some(Err(e))) => return bad_frame(&ctx, &mut writer, e).await,
         };
-        let op = match frame.header {
+        let (op, token) = match frame.header {
             Message::Op { version, .. } if version != PROTOCOL_VERSION => {
                 let msg = format!("protocol version {version} unsupported, this DataNode speaks {PROTOCOL_VERSION}");
                 let _ = wire::respond(&mut writer, OpResponse::error(Status::ErrorVersion, msg), t)
                     .await;
                 return;
             }
-            Message::Op { op, .. } => op,
+            Message::Op { op, token, .. } => (op, token),
             other => {
                 ctx.metrics.bad_frames.inc();
                 let msg = format!("expected an Op, got {}", message_name(&other));
@@ -49,7 +50,14 @@ pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
                 return;
             }
         };
-        match dispatch(&ctx, op, reader, writer).await {
+        if let Err(e) = super::access::check(&ctx, &op, token.as_ref()).await {
+            ctx.metrics.op_errors.inc();
+            tracing::warn!(node = %ctx.node_id, op = op_name(&op), "op refused: {e}");
+            let resp = OpResponse::error(Status::ErrorAccessToken, e.to_string());
+            let _ = wire::respond(&mut writer, resp, t).await;
+            return;
+        }
+        match dispatch(&ctx, op, token, reader, writer).await {
             Some((r, w)) => (reader, writer) = (r, w),
             None => return,
         }
@@ -60,12 +68,13 @@ pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
 async fn dispatch(
     ctx: &Ctx,
     op: Op,
+    token: Option<BlockToken>,
     reader: FrameReader,
     mut writer: FrameWriter,
 ) -> Option<(FrameReader, FrameWriter)> {
     let res = match op {
         Op::WriteBlock(op) => {
-            write::receiver::serve(ctx.clone(), op, reader, writer).await;
+            write::receiver::serve(ctx.clone(), op, token, reader, writer).await;
             return None;
         }
         Op::ReadBlock(op) => {
@@ -85,7 +94,9 @@ async fn dispatch(
         Op::ReplicaInfo(op) => read::replica_info(ctx, op, &mut writer).await,
         Op::TransferBlock(op) => {
             let span = tracing::info_span!("transfer", block = %op.block.id, node = %ctx.node_id);
-            transfer_op(ctx, op, &mut writer).instrument(span).await
+            transfer_op(ctx, op, token.as_ref(), &mut writer)
+                .instrument(span)
+                .await
         }
         Op::InitReplicaRecovery(op) => {
             let span = tracing::info_span!("init_replica_recovery", block = %op.block.id, node = %ctx.node_id);
@@ -112,10 +123,11 @@ async fn dispatch(
 async fn transfer_op(
     ctx: &Ctx,
     op: TransferBlockOp,
+    token: Option<&BlockToken>,
     writer: &mut FrameWriter,
 ) -> crate::error::Result<()> {
     ctx.metrics.transfer_block_ops.inc();
-    let resp = match transfer::transfer(ctx, op).await {
+    let resp = match transfer::transfer(ctx, op, token).await {
         Ok(_) => OpResponse::ok(),
         Err(e) => {
             tracing::warn!("transfer failed: {e}");
@@ -152,5 +164,17 @@ fn message_name(m: &Message) -> &'static str {
         Message::Ack(_) => "Ack",
         Message::Chunk(_) => "Chunk",
         Message::ReadEnd(_) => "ReadEnd",
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::WriteBlock(_) => "WriteBlock",
+        Op::ReadBlock(_) => "ReadBlock",
+        Op::ReadChunk(_) => "ReadChunk",
+        Op::TransferBlock(_) => "TransferBlock",
+        Op::ReplicaInfo(_) => "ReplicaInfo",
+        Op::InitReplicaRecovery(_) => "InitReplicaRecovery",
+        Op::UpdateReplicaUnderRecovery(_) => "UpdateReplicaUnderRecovery",
     }
 }

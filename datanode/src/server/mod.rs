@@ -4,6 +4,7 @@
 //! the listener's accept queue. Connection tasks are tracked so that a graceful stop can wait
 //! for them.
 
+pub(crate) mod access;
 mod connection;
 
 use crate::context::Ctx;

@@ -9,14 +9,20 @@
 //!   map. A crash before any ack loses nothing acknowledged; a crash after leaves an Rbw replica
 //!   that the scan turns into Rwr.
 //! - **finalize** (Rbw → Finalized, Temporary → Finalized/Rbw): the writer has drained its sink
-//!   and, with `sync.on.close`, fdatasynced block and meta → rename the meta file, then the block
-//!   file, into `finalized/subdirN/` → fsync the destination and source directories → update the
-//!   map → the caller reports `Received`. A crash between the two renames leaves the meta file in
-//!   `finalized/` and the block file in `rbw/`: the scan completes the move (roll forward).
+//!   and, with `sync.on.close`, fdatasynced block and meta → a new `finalized/subdirN/` is
+//!   created and `finalized/` fsynced → rename the meta file, then the block file, into it →
+//!   fsync the destination, then the source directory → update the map → the caller reports
+//!   `Received`. A crash in between leaves the pair split or doubly linked across the two
+//!   directories: the scan completes the move (roll forward, see `scan::resolve`).
 //! - **recover** (new generation stamp): stop the old writer → truncate the block file to the
 //!   acknowledged length and the meta file to its checksums, recomputing a partial last chunk's
 //!   checksum → fdatasync both → rename the meta file to the new generation stamp → fsync the
 //!   directory → update the map. Either meta name survives a crash; both describe the data.
+//! - **append** (new generation stamp): a finalized replica of the expected length → rename
+//!   the block file into `rbw/`, then the meta file under the new stamp → fsync `rbw/`, then
+//!   the finalized directory (a crash between the renames is a cut finalize to the scan: the
+//!   finalized replica comes back under its old stamp) → update the map (an Rbw replica again, at its old length). A
+//!   retried append finds the replica already in `rbw/` and restamps it as recovery does.
 //! - **delete**: remove from the map (readers stop finding it) → unlink meta and block files.
 //!   A crash before the unlink brings the replica back in the next report, and the metadata
 //!   service deletes it again.
@@ -177,7 +183,7 @@ impl Dataset {
             bytes_per_checksum: bpc,
         };
         let (block, meta) = create_files(&entry, header)?;
-        layout::sync_dir(&dir)?;
+        crate::sys::sync_dir(&dir)?;
         self.map.insert(id, entry.clone());
         self.metrics.replicas_created.inc();
         Ok(OpenReplica {
@@ -221,6 +227,88 @@ impl Dataset {
         Ok(None)
     }
 
+    /// Append (HDFS `append`, and `recoverAppend` for a retried set-up): the replica must be
+    /// finalized with exactly `block.num_bytes` bytes under `block`'s generation stamp — or
+    /// already reopened by an earlier attempt (Rbw/Rwr, stamp in `[block's, latest]`, at least
+    /// `block.num_bytes` bytes) — and `latest` must be newer than `block`'s stamp. It becomes
+    /// an Rbw replica under `latest`, open for packets continuing at `block.num_bytes`. Readers
+    /// that opened the finalized replica keep reading their open files.
+    pub fn append(&self, block: ExtendedBlock, latest: GenerationStamp) -> Result<OpenReplica> {
+        let _g = self.guard();
+        let id = block.id;
+        let old = self
+            .get(id)
+            .ok_or(DatanodeError::ReplicaNotFound { block: id })?;
+        let invalid = |reason: String| DatanodeError::InvalidReplica { block: id, reason };
+        if latest <= block.gen_stamp {
+            return Err(invalid(format!(
+                "append stamp {latest} is not newer than the block's {}",
+                block.gen_stamp
+            )));
+        }
+        if old.gen_stamp < block.gen_stamp {
+            return Err(DatanodeError::StaleGenStamp {
+                block: id,
+                requested: block.gen_stamp,
+                have: old.gen_stamp,
+            });
+        }
+        if old.gen_stamp > latest {
+            return Err(invalid(format!(
+                "generation stamp {} is newer than the append's {latest}",
+                old.gen_stamp
+            )));
+        }
+        if transition(Some(old.state), Transition::Append).is_none() {
+            return Err(invalid(format!(
+                "cannot append to a {:?} replica",
+                old.state
+            )));
+        }
+        let on_disk = old.live.bytes_on_disk();
+        if old.state != ReplicaState::Finalized {
+            // An earlier attempt reopened it: continue from the expected length.
+            if on_disk < block.num_bytes {
+                return Err(invalid(format!(
+                    "holds {on_disk} bytes, fewer than the {} to append to",
+                    block.num_bytes
+                )));
+            }
+            return self.truncate_and_restamp(&old, block.num_bytes, latest);
+        }
+        if old.gen_stamp != block.gen_stamp || on_disk != block.num_bytes {
+            // HDFS: "Corrupted replica ... with a length of ... expected length is ...".
+            return Err(invalid(format!(
+                "finalized with {on_disk} bytes under {}, not {} bytes under {}",
+                old.gen_stamp, block.num_bytes, block.gen_stamp
+            )));
+        }
+        let rbw = layout::rbw_dir(&self.volume_root(&old)?);
+        let new = ReplicaEntry {
+            gen_stamp: latest,
+            state: ReplicaState::Rbw,
+            dir: rbw,
+            live: ReplicaLive::new(on_disk, on_disk),
+            ..old.clone()
+        };
+        // Block file first: a crash between the renames leaves the meta file (old stamp) in
+        // finalized/ and the block file in rbw/, which the start-up scan resolves as a cut
+        // finalize, back to the finalized replica as the metadata service knows it.
+        let (mp, bp) = (old.meta_path(), old.block_path());
+        std::fs::rename(&bp, new.block_path()).ctx("rename", &bp)?;
+        std::fs::rename(&mp, new.meta_path()).ctx("rename", &mp)?;
+        crate::sys::sync_dir(&new.dir)?;
+        crate::sys::sync_dir(&old.dir)?;
+        let (block_file, meta_file, header) = open_rw(&new)?;
+        self.map.insert(id, new.clone());
+        Ok(OpenReplica {
+            entry: new,
+            block: block_file,
+            meta: meta_file,
+            header,
+        })
+    }
+
     /// Truncates an Rbw/Rwr replica to `len`, syncs it, and gives it generation stamp `gs`.
     fn truncate_and_restamp(
         &self,
@@ -242,7 +330,7 @@ impl Dataset {
         };
         if gs != old.gen_stamp {
             std::fs::rename(&mp, entry.meta_path()).ctx("rename", &mp)?;
-            layout::sync_dir(&entry.dir)?;
+            crate::sys::sync_dir(&entry.dir)?;
         }
         self.map.insert(entry.id, entry.clone());
         Ok(OpenReplica {
@@ -275,7 +363,7 @@ impl Dataset {
                 ..old.clone()
             };
             std::fs::rename(old.meta_path(), new.meta_path()).ctx("rename", &old.meta_path())?;
-            layout::sync_dir(&new.dir)?;
+            crate::sys::sync_dir(&new.dir)?;
             self.map.insert(block.id, new);
         }
         Ok(())
@@ -328,7 +416,8 @@ impl Dataset {
 
     fn move_to_finalized_locked(&self, e: &ReplicaEntry) -> Result<ReplicaEntry> {
         let dest = layout::finalized_subdir(&self.volume_root(e)?, e.id);
-        std::fs::create_dir_all(&dest).ctx("create directory", &dest)?;
+        // A new subdir's entry is made durable before anything is moved into it.
+        layout::create_dir_durable(&dest)?;
         self.move_to_locked(e, dest, ReplicaState::Finalized)
     }
 
@@ -347,8 +436,8 @@ impl Dataset {
         let (mp, bp) = (e.meta_path(), e.block_path());
         std::fs::rename(&mp, moved.meta_path()).ctx("rename", &mp)?;
         std::fs::rename(&bp, moved.block_path()).ctx("rename", &bp)?;
-        layout::sync_dir(&moved.dir)?;
-        layout::sync_dir(&e.dir)?;
+        crate::sys::sync_dir(&moved.dir)?;
+        crate::sys::sync_dir(&e.dir)?;
         Ok(moved)
     }
 

@@ -10,9 +10,10 @@
 //!   tmp/                          Temporary replicas of transfers; emptied at start
 //! ```
 //!
-//! Every function here is pure path arithmetic plus the durable-directory helper.
+//! Every function here is pure path arithmetic plus the durable directory creation.
 
-use crate::error::{IoContext, Result};
+use crate::error::Result;
+use crate::sys;
 use sluice_common::{BlockId, GenerationStamp};
 use std::path::{Path, PathBuf};
 
@@ -76,11 +77,27 @@ pub fn parse_file_name(name: &str) -> Option<ReplicaFile> {
     None
 }
 
-/// fsyncs a directory so that entries created, renamed or removed in it are durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .ctx("fsync directory", dir)
+/// Creates `dir` and any missing ancestors durably: each directory made is followed by an
+/// fsync of its parent, so its entry survives a power cut before anything is put in it.
+/// Returns whether anything was created.
+pub fn create_dir_durable(dir: &Path) -> Result<bool> {
+    if dir.is_dir() {
+        return Ok(false);
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durable(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        // Made by someone else in between: synced below all the same.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        Err(e) => return Err(crate::error::DatanodeError::io("create directory", dir, e)),
+    }
+    match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => sys::sync_dir(parent)?,
+        None => sys::sync_dir(Path::new("."))?,
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

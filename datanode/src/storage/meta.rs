@@ -102,7 +102,8 @@ pub fn read_header(file: &File, path: &Path) -> Result<MetaHeader> {
     MetaHeader::decode(&buf, path)
 }
 
-/// Reads the stored checksums of chunks `[first, first + count)`.
+/// Reads the stored checksums of chunks `[first, first + count)` (tests).
+#[cfg(test)]
 pub fn read_checksums(file: &File, first: u64, count: u64, path: &Path) -> Result<Vec<u8>> {
     let len = usize::try_from(count)
         .ok()

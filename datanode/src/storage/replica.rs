@@ -9,11 +9,13 @@
 //! visible bytes.
 
 use super::layout;
+use crate::error::{DatanodeError, Result};
 use sluice_common::proto::{BlockStage, ReplicaInfo, ReplicaState};
 use sluice_common::{BlockId, ExtendedBlock, GenerationStamp};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +36,9 @@ pub enum Transition {
     Recover,
     /// Close recovery: Rbw/Rwr/Finalized → Finalized.
     RecoverClose,
+    /// Append under a new generation stamp: Finalized → Rbw (HDFS `append`), or an earlier
+    /// append attempt's Rbw/Rwr → Rbw (HDFS `recoverAppend`).
+    Append,
     /// Block recovery puts the replica under recovery: Rbw/Rwr/Finalized/Rur → Rur.
     InitRecovery,
     /// Block recovery ends: Rur → Finalized (agreed length, recovery id as stamp).
@@ -54,6 +59,7 @@ pub fn transition(from: Option<ReplicaState>, t: Transition) -> Option<ReplicaSt
         }
         (Some(Rbw | Rwr), Transition::Recover) => Some(Rbw),
         (Some(Rbw | Rwr | Finalized), Transition::RecoverClose) => Some(Finalized),
+        (Some(Finalized | Rbw | Rwr), Transition::Append) => Some(Rbw),
         (Some(Rbw | Rwr | Finalized | Rur), Transition::InitRecovery) => Some(Rur),
         (Some(Rur), Transition::CommitRecovery) => Some(Finalized),
         _ => None,
@@ -150,6 +156,24 @@ impl ReplicaLive {
     pub fn writer(&self) -> Option<WriterSlot> {
         let slot = self.writer.lock().ok()?.clone()?;
         slot.done.has_changed().is_ok().then_some(slot)
+    }
+
+    /// Asks the attached writer (if any) to stop and waits, up to `timeout`, until it has
+    /// flushed and let go of the replica: what a recovery, a transfer or a new writer of the
+    /// same replica does first.
+    pub async fn stop_writer(&self, block: BlockId, timeout: Duration) -> Result<()> {
+        let Some(slot) = self.writer() else {
+            return Ok(());
+        };
+        tracing::info!(%block, "stopping the replica's previous writer");
+        slot.stop.cancel();
+        let mut done = slot.done;
+        tokio::time::timeout(timeout, async { while done.changed().await.is_ok() {} })
+            .await
+            .map_err(|_| DatanodeError::Timeout {
+                what: "the previous writer to stop",
+                secs: timeout.as_secs_f64(),
+            })
     }
 }
 

@@ -170,26 +170,33 @@ fn scan_drops_an_unverifiable_rbw_tail_and_skips_a_corrupt_finalized_replica() {
 }
 
 #[test]
-fn scan_completes_a_finalize_interrupted_between_its_renames() {
+fn the_first_replica_of_a_subdir_makes_the_subdir_durable_before_moving_in() {
     let dir = tempfile::tempdir().unwrap();
-    let dirs = vec![dir.path().to_path_buf()];
-    let bytes = data(3000, 4);
-    {
-        let (ds, m) = open(&dirs);
-        drop(write_rbw(&ds, &m, 5, &bytes, 1024));
-        let e = ds.get(BlockId(5)).unwrap();
-        let dest = layout::finalized_subdir(dir.path(), BlockId(5));
-        std::fs::create_dir_all(&dest).unwrap();
-        std::fs::rename(
-            e.meta_path(),
-            dest.join(layout::meta_file_name(BlockId(5), GenerationStamp(1))),
-        )
-        .unwrap();
-    }
-    let (ds, _) = open(&dirs);
-    let e = ds.get(BlockId(5)).unwrap();
-    assert_eq!(e.state, ReplicaState::Finalized);
-    assert_files_valid(&ds, 5, &bytes);
+    let (ds, m) = open(&[dir.path().to_path_buf()]);
+    let root = dir.path();
+    let finalize = |id: u64| {
+        drop(write_rbw(&ds, &m, id, &data(700, 1), 700));
+        let live = ds.get(BlockId(id)).unwrap().live;
+        crate::sys::record::take();
+        ds.finalize(BlockId(id), &live, 700, BlockStage::Create)
+            .unwrap();
+        crate::sys::record::take()
+    };
+    let sub = layout::finalized_subdir(root, BlockId(0x300));
+    assert_eq!(
+        finalize(0x300),
+        vec![
+            layout::finalized_root(root),
+            sub.clone(),
+            layout::rbw_dir(root)
+        ],
+        "new subdir: its parent, then the destination, then the source"
+    );
+    assert_eq!(
+        finalize(0x301),
+        vec![sub, layout::rbw_dir(root)],
+        "existing subdir: destination, then source"
+    );
 }
 
 #[test]
@@ -312,4 +319,86 @@ fn a_failed_transfer_leaves_nothing_and_can_be_retried() {
             .count(),
         0
     );
+}
+
+#[test]
+fn append_reopens_a_finalized_replica_under_the_new_stamp_and_rewrites_its_partial_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, m) = open(&[dir.path().to_path_buf()]);
+    let all = data(3000, 5);
+    drop(write_rbw(&ds, &m, 9, &all[..1300], 4096));
+    let live = ds.get(BlockId(9)).unwrap().live;
+    ds.finalize(BlockId(9), &live, 1300, BlockStage::Create)
+        .unwrap();
+    let old = ds.get(BlockId(9)).unwrap();
+    let at = |gs, n| ExtendedBlock::new(BlockId(9), GenerationStamp(gs), n);
+    // Refused: a wrong length, a stale or not-newer stamp.
+    assert!(ds.append(at(1, 1200), GenerationStamp(2)).is_err());
+    assert!(ds.append(at(1, 1300), GenerationStamp(1)).is_err());
+    assert!(ds.append(at(0, 1300), GenerationStamp(2)).is_err());
+    assert!(ds.append(at(2, 1300), GenerationStamp(3)).is_err());
+    assert_eq!(ds.get(BlockId(9)).unwrap().state, ReplicaState::Finalized);
+
+    let r = ds.append(at(1, 1300), GenerationStamp(2)).unwrap();
+    assert_eq!(
+        (r.entry.state, r.entry.gen_stamp),
+        (ReplicaState::Rbw, GenerationStamp(2))
+    );
+    assert!(r.entry.dir.starts_with(layout::rbw_dir(dir.path())));
+    assert!(!old.meta_path().exists() && !old.block_path().exists());
+    assert_eq!(r.entry.live.bytes_on_disk(), 1300);
+    // The client re-sends the partial chunk (from 1024) with the new bytes.
+    let mut sink = DirectSink::new(r, m.clone());
+    sink.write(1024, &all[1024..], &checksum::compute(&all[1024..], 512))
+        .unwrap();
+    sink.sync().unwrap();
+    assert_files_valid(&ds, 9, &all);
+    drop(sink);
+    // A retried set-up (another stamp) finds the reopened replica and continues from 1300.
+    let r = ds.append(at(1, 1300), GenerationStamp(3)).unwrap();
+    assert_eq!(r.entry.gen_stamp, GenerationStamp(3));
+    assert_eq!(r.entry.live.bytes_on_disk(), 1300);
+    drop(r);
+    assert_files_valid(&ds, 9, &all[..1300]);
+    let live = ds.get(BlockId(9)).unwrap().live;
+    let e = ds
+        .finalize(BlockId(9), &live, 1300, BlockStage::Append)
+        .unwrap();
+    assert_eq!(
+        (e.state, e.gen_stamp),
+        (ReplicaState::Finalized, GenerationStamp(3))
+    );
+    // The start-up scan finds it under the new stamp only.
+    drop(ds);
+    let (ds, _) = open(&[dir.path().to_path_buf()]);
+    let e = ds.get(BlockId(9)).unwrap();
+    assert_eq!(
+        (e.state, e.gen_stamp, e.live.bytes_on_disk()),
+        (ReplicaState::Finalized, GenerationStamp(3), 1300)
+    );
+    assert_files_valid(&ds, 9, &all[..1300]);
+}
+
+#[test]
+fn an_append_cut_between_its_renames_comes_back_as_the_finalized_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = data(1300, 6);
+    {
+        let (ds, m) = open(&[dir.path().to_path_buf()]);
+        drop(write_rbw(&ds, &m, 11, &all, 4096));
+        let live = ds.get(BlockId(11)).unwrap().live;
+        ds.finalize(BlockId(11), &live, 1300, BlockStage::Create)
+            .unwrap();
+        // Dataset::append's first rename reached the disk, its second did not.
+        let e = ds.get(BlockId(11)).unwrap();
+        let rbw = layout::rbw_dir(dir.path()).join(layout::block_file_name(BlockId(11)));
+        std::fs::rename(e.block_path(), rbw).unwrap();
+    }
+    let (ds, _) = open(&[dir.path().to_path_buf()]);
+    let e = ds.get(BlockId(11)).unwrap();
+    assert_eq!(
+        (e.state, e.gen_stamp, e.live.bytes_on_disk()),
+        (ReplicaState::Finalized, GenerationStamp(1), 1300)
+    );
+    assert_files_valid(&ds, 11, &all);
 }

@@ -1,7 +1,8 @@
 //! Volumes: one per data directory. A volume owns its directory tree (see [`super::layout`]),
 //! its `VERSION` file and its space figures (`statvfs`).
 //!
-//! Start-up order per volume: create the tree if missing → read or write `VERSION` (written as
+//! Start-up order per volume: create the tree if missing (each new directory's parent
+//! fsynced, see [`layout::create_dir_durable`]) → read or write `VERSION` (written as
 //! `VERSION.tmp`, fsynced, renamed, directory fsynced) → empty `tmp/` (Temporary replicas of
 //! interrupted transfers are worthless). Every volume of a node carries the same node id; a
 //! volume with another id is a start-up error naming the directory.
@@ -36,30 +37,8 @@ pub struct Space {
 impl Volume {
     /// Space of the file system holding this volume (`statvfs`).
     pub fn space(&self) -> Result<Space> {
-        statvfs(&self.root)
+        crate::sys::statvfs(&self.root)
     }
-}
-
-fn statvfs(path: &Path) -> Result<Space> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| DatanodeError::invalid(format!("path {} holds a NUL", path.display())))?;
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized, writable struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; statvfs only writes into `st`.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(DatanodeError::io(
-            "statvfs",
-            path,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    let frsize = st.f_frsize as u64;
-    Ok(Space {
-        capacity: (st.f_blocks as u64).saturating_mul(frsize),
-        remaining: (st.f_bavail as u64).saturating_mul(frsize),
-    })
 }
 
 /// The volumes of a node and the choice of a volume for a new replica.
@@ -83,7 +62,7 @@ impl VolumeSet {
                 layout::rbw_dir(dir),
                 layout::tmp_dir(dir),
             ] {
-                std::fs::create_dir_all(&d).ctx("create directory", &d)?;
+                layout::create_dir_durable(&d)?;
             }
             if let Some(id) = read_version(dir)? {
                 match &found {
@@ -205,7 +184,7 @@ fn write_version(dir: &Path, id: &NodeId) -> Result<()> {
     f.write_all(text.as_bytes()).ctx("write", &tmp)?;
     f.sync_all().ctx("fsync", &tmp)?;
     std::fs::rename(&tmp, &path).ctx("rename", &path)?;
-    layout::sync_dir(dir)
+    crate::sys::sync_dir(dir)
 }
 
 fn empty_tmp(dir: &Path) -> Result<()> {
@@ -241,6 +220,35 @@ mod tests {
             0
         );
         assert!(again.volumes()[0].space().unwrap().capacity > 0);
+    }
+
+    #[test]
+    fn a_new_volume_tree_is_durable() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("vol");
+        crate::sys::record::take();
+        VolumeSet::open(std::slice::from_ref(&root)).unwrap();
+        let synced = crate::sys::record::take();
+        for made in [
+            root.clone(),
+            root.join("current"),
+            layout::finalized_root(&root),
+            layout::rbw_dir(&root),
+            layout::tmp_dir(&root),
+        ] {
+            let parent = made.parent().unwrap();
+            assert!(
+                synced.iter().any(|d| d == parent),
+                "{} made but {} not fsynced: {synced:?}",
+                made.display(),
+                parent.display()
+            );
+        }
+        VolumeSet::open(std::slice::from_ref(&root)).unwrap();
+        assert!(
+            crate::sys::record::take().is_empty(),
+            "an existing tree costs no fsync"
+        );
     }
 
     #[test]

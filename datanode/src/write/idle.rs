@@ -1,5 +1,5 @@
 //! The idle-flush timer of a buffered replica writer (`write.buffer.idle.flush.timeout.ms`),
-//! as plain logic taking `now`: the [`super::writer::ReplicaWriter`] actor arms one timer and
+//! as plain logic taking `now`: the [`super::writer_actor::ReplicaWriter`] actor arms one timer and
 //! does what [`IdleFlush::on_timer`] decides.
 //!
 //! A packet arms the timer (if it is not armed) for the timeout. When it fires, the writer has

@@ -1,18 +1,18 @@
 //! The write path: the `WriteBlock` receiver (connection task), its ack responder, the
 //! downstream set-up, and the `ReplicaWriter` actor with its sink — direct, or buffered in
-//! memory (write-memory batching, HDFS-17973: [`buffered`], its shared resources in
-//! [`buffer`], its idle-flush timer in [`idle`]).
+//! memory (write-memory batching, HDFS-17973: [`buffered_sink`], its shared resources in
+//! [`buffer_pool`], its idle-flush timer in [`idle`]).
 
-pub mod buffer;
-pub mod buffered;
+pub mod buffer_pool;
+pub mod buffered_sink;
 pub mod idle;
 pub(crate) mod packet;
 pub(crate) mod pipeline;
 pub(crate) mod receiver;
 pub(crate) mod responder;
 pub mod sink;
-pub mod state;
-pub mod writer;
+pub mod writer_actor;
+pub mod writer_core;
 
 #[cfg(test)]
 mod tests;

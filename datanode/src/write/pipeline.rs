@@ -6,6 +6,7 @@ use crate::context::NodeContext;
 use crate::wire::{self, FrameReader, FrameWriter};
 use bytes::Bytes;
 use sluice_common::proto::{Message, Op, OpResponse, WriteBlockOp, PROTOCOL_VERSION};
+use sluice_common::token::BlockToken;
 use sluice_common::Status;
 use std::net::{IpAddr, SocketAddr};
 use tokio::net::{TcpSocket, TcpStream};
@@ -46,7 +47,11 @@ impl SetupFailure {
 
 /// Connects downstream for `op` (whose `targets` is not empty) and sets up the rest of the
 /// pipeline. Any failure names the first bad DataNode.
-pub async fn connect(ctx: &NodeContext, op: &WriteBlockOp) -> Result<Downstream, SetupFailure> {
+pub async fn connect(
+    ctx: &NodeContext,
+    op: &WriteBlockOp,
+    token: Option<&BlockToken>,
+) -> Result<Downstream, SetupFailure> {
     let Some(first) = op.targets.first() else {
         return Err(SetupFailure {
             status: Status::ErrorInvalid,
@@ -78,6 +83,7 @@ pub async fn connect(ctx: &NodeContext, op: &WriteBlockOp) -> Result<Downstream,
     let msg = Message::Op {
         version: PROTOCOL_VERSION,
         op: Op::WriteBlock(next),
+        token: token.cloned(),
     };
     if let Err(e) = wire::send(&mut writer, msg, Bytes::new(), t).await {
         return Err(fail(format!("sending the op to downstream {addr}: {e}")));

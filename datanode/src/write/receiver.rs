@@ -19,12 +19,12 @@
 //! past `socket.timeout` ends the loop. In every case what was received is flushed to the block
 //! file (`Stop`) and the replica stays in `rbw/` for recovery.
 
-use super::buffer::BufferLease;
+use super::buffer_pool::BufferLease;
 use super::packet::{PacketKind, PacketValidator};
 use super::pipeline::{self, Downstream};
 use super::responder::{PendingAck, Responder, ResponderEnd};
-use super::state::{WriteState, WriterSettings};
-use super::writer::{Finalize, ReplicaWriter, Stop, WritePacket};
+use super::writer_actor::{Finalize, ReplicaWriter, Stop, WritePacket};
+use super::writer_core::{WriterCore, WriterSettings};
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::failpoint::FailAction;
@@ -40,6 +40,7 @@ use sluice_common::proto::{
     BlockStage, Message, OpResponse, PacketHeader, ReplicaState, WriteBlockOp,
 };
 use sluice_common::rpc::ReplicaEvent;
+use sluice_common::token::BlockToken;
 use sluice_common::{FrameError, Status};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -58,14 +59,26 @@ enum Prepared {
 }
 
 /// Serves a `WriteBlock` op on this connection; the connection ends with it.
-pub(crate) async fn serve(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, upstream: FrameWriter) {
+pub(crate) async fn serve(
+    ctx: Ctx,
+    op: WriteBlockOp,
+    token: Option<BlockToken>,
+    reader: FrameReader,
+    upstream: FrameWriter,
+) {
     let span = tracing::info_span!("write_block", block = %op.block.id, node = %ctx.node_id, stage = ?op.stage);
-    serve_inner(ctx, op, reader, upstream)
+    serve_inner(ctx, op, token, reader, upstream)
         .instrument(span)
         .await
 }
 
-async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstream: FrameWriter) {
+async fn serve_inner(
+    ctx: Ctx,
+    op: WriteBlockOp,
+    token: Option<BlockToken>,
+    reader: FrameReader,
+    mut upstream: FrameWriter,
+) {
     ctx.metrics.write_block_ops.inc();
     let t = ctx.socket_timeout();
     let prepared = match prepare(&ctx, &op).await {
@@ -97,7 +110,7 @@ async fn serve_inner(ctx: Ctx, op: WriteBlockOp, reader: FrameReader, mut upstre
     let downstream = if op.targets.is_empty() {
         None
     } else {
-        match pipeline::connect(&ctx, &op).await {
+        match pipeline::connect(&ctx, &op, token.as_ref()).await {
             Ok(d) => Some(d),
             Err(f) => {
                 tracing::warn!(bad = %f.first_bad_link, "downstream set-up failed: {}", f.message);
@@ -143,7 +156,7 @@ async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
         )));
     }
     if let Some(old) = ctx.dataset.get(id) {
-        if op.stage == BlockStage::StreamingRecovery
+        if matches!(op.stage, BlockStage::StreamingRecovery | BlockStage::Append)
             && old.bytes_per_checksum != op.bytes_per_checksum
         {
             return Err(DatanodeError::InvalidReplica {
@@ -158,7 +171,7 @@ async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
             || old.gen_stamp < op.latest_gen_stamp
             || old.state == ReplicaState::Temporary;
         if replaces {
-            stop_writer(ctx, &old).await?;
+            old.live.stop_writer(old.id, ctx.socket_timeout()).await?;
         }
     }
     let ds = ctx.dataset.clone();
@@ -184,6 +197,10 @@ async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
             })?;
             Ok(Prepared::Open(r))
         }
+        BlockStage::Append => {
+            let r = ctx.blocking(move || ds.append(block, latest)).await?;
+            Ok(Prepared::Open(r))
+        }
         BlockStage::CloseRecovery => {
             ctx.blocking(move || ds.recover(block, latest, true).map(|_| ()))
                 .await?;
@@ -194,23 +211,6 @@ async fn prepare(ctx: &Ctx, op: &WriteBlockOp) -> Result<Prepared> {
             Ok(Prepared::Closed(e))
         }
     }
-}
-
-/// Asks the writer attached to `entry` (if any) to stop, and waits until it has flushed.
-pub(crate) async fn stop_writer(ctx: &Ctx, entry: &ReplicaEntry) -> Result<()> {
-    let Some(slot) = entry.live.writer() else {
-        return Ok(());
-    };
-    tracing::info!(block = %entry.id, "stopping the replica's previous writer");
-    slot.stop.cancel();
-    let mut done = slot.done;
-    let t = ctx.socket_timeout();
-    tokio::time::timeout(t, async { while done.changed().await.is_ok() {} })
-        .await
-        .map_err(|_| DatanodeError::Timeout {
-            what: "the previous writer to stop",
-            secs: t.as_secs_f64(),
-        })
 }
 
 /// How the packet loop ended.
@@ -301,7 +301,7 @@ async fn start_writer(
     };
     let (ds, m) = (ctx.dataset.clone(), ctx.metrics.clone());
     let state = ctx
-        .blocking(move || WriteState::new(replica, settings, ds, m, lease))
+        .blocking(move || WriterCore::new(replica, settings, ds, m, lease))
         .await?;
     let (io, metrics) = (ctx.io.clone(), ctx.metrics.clone());
     let idle = ctx.buffers.settings().idle_flush;

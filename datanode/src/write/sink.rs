@@ -5,7 +5,7 @@
 //! yet and *all* the packet's checksums — so that after an hflush that ended inside a chunk, the
 //! resent chunk's checksum replaces the partial one. The direct sink writes every packet with
 //! positional writes as it arrives. The buffered sink of write-memory batching (HDFS-17973,
-//! [`super::buffered::BufferedSink`]) implements the same trait: it holds packets in a pooled
+//! [`super::buffered_sink::BufferedSink`]) implements the same trait: it holds packets in a pooled
 //! buffer and writes them in large sequential flushes, with `bytes_on_disk` lagging behind
 //! `bytes_received` until a flush.
 //!
@@ -19,7 +19,6 @@ use crate::metrics::Metrics;
 use crate::storage::dataset::OpenReplica;
 use crate::storage::meta::MetaHeader;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -83,23 +82,11 @@ impl DirectSink {
 /// `pwrite`s all of `buf` at `pos`, counting each call.
 pub(crate) fn write_all_at(
     file: &File,
-    mut buf: &[u8],
-    mut pos: u64,
+    buf: &[u8],
+    pos: u64,
     calls: &crate::metrics::Counter,
 ) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        calls.inc();
-        match file.write_at(buf, pos) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                buf = &buf[n..];
-                pos += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    crate::sys::write_all_at(file, buf, pos, || calls.inc())
 }
 
 impl ReplicaSink for DirectSink {

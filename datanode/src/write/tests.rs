@@ -2,8 +2,8 @@
 //! after an hflush, packets larger than the buffer, O_DIRECT, release, and a failed
 //! construction giving back its permit and buffer.
 
-use super::buffer::{BufferSettings, WriteBuffers};
-use super::buffered::BufferedSink;
+use super::buffer_pool::{BufferSettings, WriteBuffers};
+use super::buffered_sink::BufferedSink;
 use super::sink::ReplicaSink;
 use crate::error::Result;
 use crate::failpoint::FailScope;

@@ -1,6 +1,6 @@
 //! Test support: a tiny in-test metadata service (tarpc `DatanodeProtocol`) that records what
 //! DataNodes tell it, DataNodes on `127.0.0.1:0` with temp dirs, and a raw framed client.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used)]
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -9,12 +9,12 @@ use sluice_common::config::{ByteSize, DatanodeConfig, HumanDuration, PathList};
 use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::proto::*;
 use sluice_common::rpc::*;
+use sluice_common::token::{BlockToken, KeySet};
 use sluice_common::{
     BlockId, DatanodeId, ExtendedBlock, GenerationStamp, MetaError, NodeId, Status,
 };
 use sluice_datanode::DataNode;
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -27,24 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
-/// Every test body runs under this outer timeout.
-pub async fn within<F: Future>(secs: u64, f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("test timed out")
-}
-
-/// Polls `cond` until it holds or `secs` pass.
-pub async fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use sluice_testkit::{random_bytes, wait_for, within};
 
 /// What the fake metadata service heard.
 #[derive(Debug, Default)]
@@ -63,6 +46,8 @@ pub struct MetaLog {
 #[derive(Clone, Default)]
 pub struct FakeMeta {
     pub log: Arc<Mutex<MetaLog>>,
+    /// Block keys handed out on registration and heartbeats (`None`: tokens off).
+    pub block_keys: Option<KeySet>,
 }
 
 impl FakeMeta {
@@ -110,13 +95,17 @@ impl DatanodeProtocol for FakeMeta {
         self.log.lock().unwrap().registered.push(reg.id);
         Ok(RegisterResponse {
             heartbeat_interval_ms: 100,
+            block_keys: self.block_keys.clone(),
         })
     }
     async fn heartbeat(self, _: Context, hb: Heartbeat) -> Result<HeartbeatResponse, MetaError> {
         let mut log = self.log.lock().unwrap();
         log.heartbeats += 1;
         let commands = log.commands.remove(&hb.node).unwrap_or_default();
-        Ok(HeartbeatResponse { commands })
+        Ok(HeartbeatResponse {
+            commands,
+            block_keys: self.block_keys.clone(),
+        })
     }
     async fn block_received(
         self,
@@ -283,10 +272,15 @@ impl Client {
         }
     }
     pub async fn op(&mut self, op: Op) -> OpResponse {
+        self.op_with(op, None).await
+    }
+    /// Sends `op` with `token` and returns the answer.
+    pub async fn op_with(&mut self, op: Op, token: Option<BlockToken>) -> OpResponse {
         self.send(
             Message::Op {
                 version: PROTOCOL_VERSION,
                 op,
+                token,
             },
             Bytes::new(),
         )
@@ -321,18 +315,6 @@ impl Client {
 
 pub fn block(id: u64, gs: u64, len: u64) -> ExtendedBlock {
     ExtendedBlock::new(BlockId(id), GenerationStamp(gs), len)
-}
-
-pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 pub fn write_op(b: ExtendedBlock, stage: BlockStage, targets: Vec<DatanodeId>) -> Op {

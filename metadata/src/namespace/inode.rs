@@ -9,7 +9,7 @@
 
 use crate::store::StoreError;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use sluice_common::{BlockId, ExtendedBlock, GenerationStamp};
+use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, MetaError};
 
 /// An inode number. The root directory is [`ROOT`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -65,9 +65,38 @@ pub struct FileMeta {
 }
 
 impl FileMeta {
-    /// Sum of the known block lengths.
+    /// Sum of the known block lengths (saturating; lengths are checked when they are set, see
+    /// [`FileMeta::check_last_length`]).
     pub fn length(&self) -> u64 {
-        self.blocks.iter().map(|b| b.num_bytes).sum()
+        self.blocks
+            .iter()
+            .fold(0u64, |sum, b| sum.saturating_add(b.num_bytes))
+    }
+
+    /// Checks a length given by a client (or a DataNode) for the file's last block: at most the
+    /// file's block size, and the file's length with it must fit in a u64. `arg` names the
+    /// argument in the error, which gives the value.
+    pub fn check_last_length(&self, given: u64, arg: &str) -> Result<(), MetaError> {
+        if given > self.block_size {
+            return Err(MetaError::invalid_argument(
+                arg,
+                format!(
+                    "block length {given} exceeds the file's block size {}",
+                    self.block_size
+                ),
+            ));
+        }
+        let before = self.blocks.split_last().map_or(&[][..], |(_, b)| b);
+        let total = before
+            .iter()
+            .try_fold(given, |sum, b| sum.checked_add(b.num_bytes));
+        match total {
+            Some(_) => Ok(()),
+            None => Err(MetaError::invalid_argument(
+                arg,
+                format!("block length {given} makes the file length overflow"),
+            )),
+        }
     }
 }
 

@@ -1,12 +1,12 @@
-//! The client protocol: each call locks the state, runs its logic and, for a change, flushes
-//! the store before answering.
+//! The client protocol: each call locks the state, runs its logic and, for a change, waits
+//! until the store is flushed past it before answering.
 
 use crate::service::Shared;
 use sluice_common::rpc::{
-    AdditionalDatanodes, BadReplica, ClientProtocol, ClusterReport, CreateOptions, FileStatus,
-    FsckReport, LocatedBlock, LocatedBlocks,
+    AdditionalDatanodes, AppendResponse, BadReplica, ClientProtocol, ClusterReport, CreateOptions,
+    FileStatus, FsckReport, LocatedBlock, LocatedBlocks,
 };
-use sluice_common::{DatanodeId, ExtendedBlock, MetaError, NodeId};
+use sluice_common::{ExtendedBlock, MetaError, NodeId};
 use std::sync::Arc;
 use tarpc::context::Context;
 
@@ -36,15 +36,22 @@ impl ClientProtocol for ClientService {
         path: String,
         opts: CreateOptions,
     ) -> Result<FileStatus, MetaError> {
-        let res = self
-            .shared
+        // A lease conflict may have started lease recovery: `write` makes that durable too.
+        self.shared
             .write("create", |s, now| s.create(&path, &opts, now))
-            .await;
-        if let Err(MetaError::LeaseConflict { .. }) = &res {
-            // The conflict may have started lease recovery (the lease moved): make it durable.
-            self.shared.flush().await?;
-        }
-        res
+            .await
+    }
+
+    async fn append(
+        self,
+        _: Context,
+        path: String,
+        client: String,
+    ) -> Result<AppendResponse, MetaError> {
+        // As create: a lease conflict may have started lease recovery.
+        self.shared
+            .write("append", |s, now| s.append(&path, &client, now))
+            .await
     }
 
     async fn add_block(
@@ -55,11 +62,13 @@ impl ClientProtocol for ClientService {
         previous: Option<ExtendedBlock>,
         exclude: Vec<NodeId>,
     ) -> Result<LocatedBlock, MetaError> {
-        self.shared
+        let lb = self
+            .shared
             .write("add_block", |s, _| {
                 s.add_block(&path, &client, previous, &exclude)
             })
-            .await
+            .await?;
+        Ok(self.shared.tokens.for_writing(lb))
     }
 
     async fn abandon_block(
@@ -107,9 +116,10 @@ impl ClientProtocol for ClientService {
         offset: u64,
         length: u64,
     ) -> Result<LocatedBlocks, MetaError> {
-        self.shared.read("get_block_locations", |s, _| {
+        let lbs = self.shared.read("get_block_locations", |s, _| {
             s.get_block_locations(&path, offset, length)
-        })
+        })?;
+        Ok(self.shared.tokens.for_reading(lbs))
     }
 
     async fn list(self, _: Context, path: String) -> Result<Vec<FileStatus>, MetaError> {
@@ -145,11 +155,13 @@ impl ClientProtocol for ClientService {
         block: ExtendedBlock,
         client: String,
     ) -> Result<LocatedBlock, MetaError> {
-        self.shared
+        let lb = self
+            .shared
             .write("update_block_for_pipeline", |s, _| {
                 s.update_block_for_pipeline(block, &client)
             })
-            .await
+            .await?;
+        Ok(self.shared.tokens.for_rebuilt_pipeline(lb))
     }
 
     async fn update_pipeline(
@@ -171,9 +183,17 @@ impl ClientProtocol for ClientService {
         self,
         _: Context,
         req: AdditionalDatanodes,
-    ) -> Result<Vec<DatanodeId>, MetaError> {
-        self.shared.read("get_additional_datanodes", |s, _| {
+    ) -> Result<LocatedBlock, MetaError> {
+        let added = self.shared.read("get_additional_datanodes", |s, _| {
             s.get_additional_datanodes(&req)
+        })?;
+        let token = self.shared.tokens.for_replacements(req.block, &added);
+        Ok(LocatedBlock {
+            block: req.block,
+            offset: 0,
+            locations: added,
+            corrupt: false,
+            token,
         })
     }
 
@@ -189,6 +209,19 @@ impl ClientProtocol for ClientService {
             s.report_bad_blocks(&replicas);
             Ok(())
         })
+    }
+
+    async fn set_replication(
+        self,
+        _: Context,
+        path: String,
+        replication: u16,
+    ) -> Result<(), MetaError> {
+        self.shared
+            .write("set_replication", |s, _| {
+                s.set_replication(&path, replication)
+            })
+            .await
     }
 
     async fn cluster_report(self, _: Context) -> Result<ClusterReport, MetaError> {

@@ -34,17 +34,22 @@ impl DatanodeProtocol for DatanodeService {
         let span = tracing::info_span!("register", node = %reg.id.node_id);
         async move {
             tracing::info!(data = %reg.id.data_addr, rack = %reg.id.rack, "DataNode registered");
-            self.shared
-                .read("register", |s, now| Ok(s.register(&reg, now)))
+            let mut resp = self
+                .shared
+                .read("register", |s, now| Ok(s.register(&reg, now)))?;
+            resp.block_keys = self.shared.tokens.keys();
+            Ok(resp)
         }
         .instrument(span)
         .await
     }
 
     async fn heartbeat(self, _: Context, hb: Heartbeat) -> Result<HeartbeatResponse, MetaError> {
-        let resp = self
+        let mut resp = self
             .shared
             .read("heartbeat", |s, now| Ok(s.heartbeat(&hb, now)))?;
+        self.shared.tokens.for_commands(&mut resp.commands);
+        resp.block_keys = self.shared.tokens.keys();
         if !resp.commands.is_empty() {
             tracing::debug!(node = %hb.node, commands = ?resp.commands, "heartbeat commands");
         }

@@ -1,6 +1,9 @@
 //! The RPC server: one TCP listener; each connection names its service with a 4-byte preamble,
 //! then runs tarpc over `sluice_common::rpc::transport`. Every request future is spawned (so a
-//! connection's requests run concurrently) on the server's task tracker.
+//! connection's requests run concurrently) on the server's task tracker and runs once it holds a
+//! permit of its protocol's pool (`rpc.inflight.max` each, so a client storm cannot hold up
+//! heartbeats); one connection may have at most that many requests outstanding (tarpc's
+//! `max_concurrent_requests`: more are answered with an error).
 
 mod client;
 mod datanode;
@@ -20,19 +23,36 @@ use std::time::Duration;
 use tarpc::server::{BaseChannel, Channel};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// How long a new connection may take to send its preamble.
 pub const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Accepts connections until `shutdown`.
+/// The in-flight request pools, one per protocol.
+#[derive(Clone)]
+struct Pools {
+    client: Arc<Semaphore>,
+    datanode: Arc<Semaphore>,
+    /// Most requests one connection may have outstanding (more are answered with an error).
+    limit: usize,
+}
+
+/// Accepts connections until `shutdown`; each protocol handles at most `inflight` requests at
+/// once.
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
+    inflight: usize,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let pools = Pools {
+        client: Arc::new(Semaphore::new(inflight)),
+        datanode: Arc::new(Semaphore::new(inflight)),
+        limit: inflight,
+    };
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -44,6 +64,7 @@ pub async fn serve(
                     stream,
                     peer,
                     shared.clone(),
+                    pools.clone(),
                     shutdown.clone(),
                     tracker.clone(),
                 );
@@ -66,6 +87,7 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
+    pools: Pools,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -86,7 +108,20 @@ async fn connection(
             return;
         }
     }
-    if matches!(preamble, CLIENT_PREAMBLE | DATANODE_PREAMBLE) {
+    if let (DATANODE_PREAMBLE, Some(secret)) = (preamble, &shared.cluster_secret) {
+        let proof = sluice_common::auth::challenge(&mut stream, secret, preamble);
+        match tokio::time::timeout(PREAMBLE_TIMEOUT, proof).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(%peer, error = %e, "DataNode connection without the cluster secret; closing");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "no cluster-secret proof within {PREAMBLE_TIMEOUT:?}; closing");
+                return;
+            }
+        }
+    } else if matches!(preamble, CLIENT_PREAMBLE | DATANODE_PREAMBLE) {
         if let Err(e) = sluice_common::rpc::accept_preamble(&mut stream, preamble).await {
             tracing::debug!(%peer, error = %e, "connection closed before its preamble echo");
             return;
@@ -95,13 +130,15 @@ async fn connection(
     match preamble {
         CLIENT_PREAMBLE => {
             let requests = BaseChannel::with_defaults(transport(stream))
+                .max_concurrent_requests(pools.limit)
                 .execute(ClientService::new(shared).serve());
-            run_channel(requests, shutdown, tracker).await;
+            run_channel(requests, pools.client, shutdown, tracker).await;
         }
         DATANODE_PREAMBLE => {
             let requests = BaseChannel::with_defaults(transport(stream))
+                .max_concurrent_requests(pools.limit)
                 .execute(DatanodeService::new(shared).serve());
-            run_channel(requests, shutdown, tracker).await;
+            run_channel(requests, pools.datanode, shutdown, tracker).await;
         }
         other => {
             tracing::warn!(%peer, preamble = ?other, "unknown rpc preamble; closing");
@@ -109,19 +146,32 @@ async fn connection(
     }
 }
 
-/// Spawns each request of a channel until the channel ends or `shutdown`.
-async fn run_channel<S, F>(requests: S, shutdown: CancellationToken, tracker: TaskTracker)
-where
+/// Spawns each request of a channel until the channel ends or `shutdown`; a request runs once
+/// it holds a permit of `pool`, until it is answered.
+async fn run_channel<S, F>(
+    requests: S,
+    pool: Arc<Semaphore>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) where
     S: Stream<Item = F>,
     F: Future<Output = ()> + Send + 'static,
 {
+    // The channel is polled all the time (it also writes the answers); a waiting request is a
+    // small future, and a connection may have at most the pool's size outstanding.
     let mut requests = std::pin::pin!(requests);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             next = requests.next() => match next {
                 Some(request) => {
-                    tracker.spawn(request);
+                    let pool = pool.clone();
+                    tracker.spawn(async move {
+                        let Ok(_permit) = pool.acquire_owned().await else {
+                            return;
+                        };
+                        request.await;
+                    });
                 }
                 None => break,
             },

@@ -18,7 +18,8 @@
 //!      DataNodes that reported a replica); the primary gets `RecoverBlock` in its next
 //!      heartbeat reply, agrees a length with the other locations (HDFS's rules, see
 //!      `docs/recovery.md`) and reports with `commit_block_synchronization`, which records the
-//!      block (new stamp, length, locations) or drops it, and closes the file. An attempt not
+//!      block (new stamp, length, locations) or drops it, and closes the file. A length below
+//!      what the writer hsynced (`fsync`) is refused: those bytes were acknowledged. An attempt not
 //!      reported within `block.recovery.timeout` is started again with another primary and a
 //!      new recovery id; the late report of an old attempt is refused.
 //!
@@ -317,6 +318,7 @@ impl State {
             block,
             recovery_id,
             locations,
+            token: None,
         };
         self.recoveries.start(rec, cmd);
         self.counters.recoveries_started += 1;
@@ -438,6 +440,20 @@ impl State {
             return Err(MetaError::invalid_argument(
                 "block",
                 format!("{id} is not the last block of its file"),
+            ));
+        }
+        if !sync.delete_block {
+            f.check_last_length(sync.new_length, "new_length")?;
+        }
+        let acked = f.blocks.last().map_or(0, |b| b.num_bytes);
+        if !sync.delete_block && sync.new_length < acked {
+            // The writer hsynced `acked` bytes: every replica acknowledged them.
+            return Err(MetaError::invalid_argument(
+                "new_length",
+                format!(
+                    "{} is below the {acked} bytes acknowledged for {id}",
+                    sync.new_length
+                ),
             ));
         }
         if sync.delete_block {

@@ -6,6 +6,7 @@
 //! batch to the store; only then update the in-memory maps (so a failed store write leaves
 //! memory as the store is); the caller flushes; then it answers.
 
+mod append;
 mod lease;
 mod pipeline;
 mod read;
@@ -14,7 +15,6 @@ mod reports;
 mod tree;
 mod write;
 
-pub use lease::{LeaseRecovery, RECOVERY_HOLDER};
 pub use reports::MonitorAction;
 
 use crate::blocks::{BlockInfo, BlockManager};
@@ -92,8 +92,9 @@ impl State {
         store: Arc<dyn MetaStore>,
         now: Instant,
     ) -> Result<State, StoreError> {
+        let clock = store.clock().clone();
         let (ns, files) = Namespace::open(store)?;
-        let mut blocks = BlockManager::new();
+        let mut blocks = BlockManager::with_clock(clock.clone());
         let mut leases = LeaseManager::new();
         for inode in &files {
             let InodeKind::File(f) = &inode.kind else {
@@ -116,7 +117,7 @@ impl State {
             nodes: DatanodeRegistry::new(cfg.stale_interval.get(), cfg.dead_interval.get()),
             leases,
             replication: ReplicationQueues::new(),
-            recoveries: Recoveries::new(),
+            recoveries: Recoveries::with_clock(clock),
             postponed: BTreeSet::new(),
             counters: RepairCounters::default(),
             rng: StdRng::from_os_rng(),
@@ -146,6 +147,7 @@ impl State {
     }
 
     /// The configuration.
+    #[cfg(test)]
     pub fn config(&self) -> &MetadataConfig {
         &self.cfg
     }
@@ -166,6 +168,11 @@ impl State {
     }
 
     /// The file at `path`.
+    /// The replication factor of a file created without one (`replication.default`).
+    pub fn default_replication(&self) -> u16 {
+        self.cfg.default_replication
+    }
+
     fn file_at(&self, path: &NsPath) -> Result<Inode, MetaError> {
         let inode = self.ns.resolve(path)?.ok_or_else(|| MetaError::NotFound {
             path: path.to_string(),

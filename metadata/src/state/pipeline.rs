@@ -50,8 +50,7 @@ impl State {
                 f.blocks
                     .iter()
                     .take_while(|b| b.id != block.id)
-                    .map(|b| b.num_bytes)
-                    .sum()
+                    .fold(0u64, |sum, b| sum.saturating_add(b.num_bytes))
             })
             .unwrap_or(0);
         let info = self
@@ -65,6 +64,7 @@ impl State {
             offset,
             locations: self.usable_ids(&expected),
             corrupt: false,
+            token: None,
         })
     }
 

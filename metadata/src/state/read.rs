@@ -35,12 +35,12 @@ impl State {
             let overlaps = if uc_last {
                 start < end
             } else {
-                start < end && offset < start + b.num_bytes
+                start < end && offset < start.saturating_add(b.num_bytes)
             };
             if overlaps {
                 blocks.push(self.locate(b.id, start, uc_last));
             }
-            start += b.num_bytes;
+            start = start.saturating_add(b.num_bytes);
         }
         Ok(LocatedBlocks {
             file_length: f.length(),
@@ -72,6 +72,7 @@ impl State {
             offset,
             locations: located,
             corrupt: all_corrupt,
+            token: None,
         })
     }
 

@@ -259,6 +259,7 @@ impl State {
                 out.push(DatanodeCommand::Transfer {
                     block: w.block,
                     targets: w.targets,
+                    token: None,
                 });
             } else {
                 for t in &w.targets {

@@ -93,6 +93,7 @@ impl State {
         let stale_ms = self.cfg.stale_interval.get().as_millis() as u64;
         RegisterResponse {
             heartbeat_interval_ms: (stale_ms / 3).clamp(100, 3000),
+            block_keys: None,
         }
     }
 
@@ -103,6 +104,7 @@ impl State {
         if self.nodes.heartbeat(hb, now) == HeartbeatOutcome::Reregister {
             return HeartbeatResponse {
                 commands: vec![DatanodeCommand::Reregister],
+                block_keys: None,
             };
         }
         let blocks = self
@@ -119,7 +121,10 @@ impl State {
                 .into_iter()
                 .map(DatanodeCommand::RecoverBlock),
         );
-        HeartbeatResponse { commands }
+        HeartbeatResponse {
+            commands,
+            block_keys: None,
+        }
     }
 
     fn check_registered(&self, node: &NodeId) -> Result<(), MetaError> {

@@ -1,5 +1,6 @@
 //! Namespace operations of the client protocol that touch no block: mkdirs, list, stat,
-//! rename, delete (which drops blocks), and lease renewal.
+//! rename, delete (which drops blocks), set_replication (which repair then acts on), and
+//! lease renewal.
 
 use super::State;
 use crate::namespace::{now_ms, NsPath};
@@ -40,6 +41,41 @@ impl State {
             self.drop_file(f);
         }
         Ok(true)
+    }
+
+    /// Sets the replication factor of the file at `path` (1 to `replication.max`) and marks
+    /// its blocks for the repair pass, which copies or deletes replicas to match.
+    pub fn set_replication(&mut self, path: &str, replication: u16) -> Result<(), MetaError> {
+        if replication == 0 || replication > self.cfg.max_replication {
+            return Err(MetaError::invalid_argument(
+                "replication",
+                format!(
+                    "{replication} must be between 1 and replication.max {}",
+                    self.cfg.max_replication
+                ),
+            ));
+        }
+        let p = NsPath::parse(path)?;
+        let mut inode = self.file_at(&p)?;
+        let Some(f) = inode.file_mut() else {
+            return Err(MetaError::IsADirectory {
+                path: p.to_string(),
+            });
+        };
+        if f.replication == replication {
+            return Ok(());
+        }
+        f.replication = replication;
+        let blocks: Vec<_> = f.blocks.iter().map(|b| b.id).collect();
+        self.ns.update(&inode)?;
+        for id in blocks {
+            if let Some(info) = self.blocks.get_mut(id) {
+                info.replication = replication;
+            }
+            self.blocks.mark_dirty(id);
+        }
+        tracing::info!(path, replication, "replication set");
+        Ok(())
     }
 
     /// Renews every lease of `client`.

@@ -129,6 +129,9 @@ impl State {
         };
         let (replication, block_size) = (file.replication, file.block_size);
         let blocks = file.blocks.clone();
+        if let Some(prev) = previous {
+            file.check_last_length(prev.num_bytes, "previous")?;
+        }
         if let Some(retry) = self.add_block_retry(&blocks, previous) {
             return Ok(retry);
         }
@@ -162,6 +165,7 @@ impl State {
             offset,
             locations: targets,
             corrupt: false,
+            token: None,
         })
     }
 
@@ -221,9 +225,12 @@ impl State {
         }
         Some(LocatedBlock {
             block: last.extended(),
-            offset: before.iter().map(|b| b.num_bytes).sum(),
+            offset: before
+                .iter()
+                .fold(0u64, |sum, b| sum.saturating_add(b.num_bytes)),
             locations: self.usable_ids(&info.expected),
             corrupt: false,
+            token: None,
         })
     }
 
@@ -331,6 +338,9 @@ impl State {
             return Ok(true);
         }
         let mut inode = self.open_file(&p, client)?;
+        if let (Some(l), Some(f)) = (last, inode.file()) {
+            f.check_last_length(l.num_bytes, "last")?;
+        }
         let blocks = inode.file().map(|f| f.blocks.clone()).unwrap_or_default();
         self.check_last(&blocks, last)?;
         let committed = last.map(|l| (l, self.committed_state(l)));
@@ -421,6 +431,7 @@ impl State {
         let f = inode.file_mut().ok_or_else(|| MetaError::IsADirectory {
             path: p.to_string(),
         })?;
+        f.check_last_length(length, "last_block_length")?;
         let Some(last) = f.blocks.last_mut() else {
             return Ok(());
         };

@@ -13,7 +13,6 @@
 
 use super::Dataset;
 use crate::error::{DatanodeError, IoContext, Result};
-use crate::storage::layout;
 use crate::storage::replica::{transition, RecoveryMark, ReplicaEntry, Transition};
 use sluice_common::proto::{ReplicaInfo, ReplicaState};
 use sluice_common::{BlockId, ExtendedBlock, GenerationStamp};
@@ -144,7 +143,7 @@ impl Dataset {
             ..e.clone()
         };
         std::fs::rename(e.meta_path(), new.meta_path()).ctx("rename", &e.meta_path())?;
-        layout::sync_dir(&new.dir)?;
+        crate::sys::sync_dir(&new.dir)?;
         Ok(new)
     }
 }

@@ -16,7 +16,7 @@ fn lease_state() -> (State, Instant) {
     c.block_recovery_timeout = HumanDuration::secs(20);
     c.stale_interval = HumanDuration::secs(5);
     c.dead_interval = HumanDuration::secs(2000);
-    let mut s = open(&c, Arc::new(SledStore::temporary().unwrap()));
+    let mut s = open(&c, Arc::new(MemStore::new()));
     let t0 = Instant::now();
     for i in 0..4 {
         s.register(&dn(&format!("dn{i}"), "/r"), t0);
@@ -58,7 +58,7 @@ fn report_rbw(s: &mut State, lb1: &LocatedBlock, lb2: &LocatedBlock) {
 }
 
 fn recovery_cmd(s: &mut State, node: &NodeId, t: Instant) -> Option<RecoveringBlock> {
-    s.heartbeat(&hb(&node.0), t)
+    flushed_heartbeat(s, &hb(&node.0), t)
         .commands
         .into_iter()
         .find_map(|c| match c {
@@ -87,6 +87,22 @@ fn sync_of(cmd: &RecoveringBlock, len: u64, targets: &[NodeId]) -> BlockSync {
         delete_block: false,
         new_targets: targets.to_vec(),
     }
+}
+
+#[test]
+fn a_recovery_id_leaves_only_once_durable() {
+    let (mut s, t0) = lease_state();
+    abandoned(&mut s, t0);
+    let (primary, recovery_id) = started(&s.tick(at(t0, HARD))).expect("recovery started");
+    let before_flush = s.heartbeat(&hb(&primary.0), at(t0, HARD)).commands;
+    assert!(
+        !before_flush
+            .iter()
+            .any(|c| matches!(c, DatanodeCommand::RecoverBlock(_))),
+        "{before_flush:?}"
+    );
+    let cmd = recovery_cmd(&mut s, &primary, at(t0, HARD)).expect("sent after the flush");
+    assert_eq!(cmd.recovery_id, recovery_id);
 }
 
 #[test]
@@ -128,7 +144,7 @@ fn hard_limit_recovers_the_last_block_and_closes_the_file() {
     assert_eq!(last.locations.len(), 2);
     assert_eq!(s.open_files(), 0);
     // The third pipeline replica (never updated) is deleted; a copy is scheduled instead.
-    let cmds = s.heartbeat(&hb(&pipeline[2].0), at(t0, HARD + 3)).commands;
+    let cmds = flushed_heartbeat(&mut s, &hb(&pipeline[2].0), at(t0, HARD + 3)).commands;
     assert!(
         matches!(&cmds[..], [DatanodeCommand::Delete { blocks }] if blocks[0].id == lb2.block.id)
     );
@@ -176,6 +192,27 @@ fn a_silent_primary_is_replaced_and_its_late_report_refused() {
 }
 
 #[test]
+fn a_recovered_length_below_the_hsynced_one_is_refused() {
+    let (mut s, t0) = lease_state();
+    let (_, lb2) = abandoned(&mut s, t0);
+    let (p, _) = started(&s.tick(at(t0, HARD))).unwrap();
+    let cmd = recovery_cmd(&mut s, &p, at(t0, HARD)).unwrap();
+    assert_eq!(cmd.block.num_bytes, 40, "the primary is told the floor");
+    let pipeline: Vec<NodeId> = lb2.locations.iter().map(|d| d.node_id.clone()).collect();
+    let err = s
+        .commit_block_synchronization(&sync_of(&cmd, 39, &pipeline), at(t0, HARD + 1))
+        .unwrap_err();
+    assert!(
+        matches!(&err, MetaError::InvalidArgument { name, .. } if name == "new_length"),
+        "{err}"
+    );
+    assert!(s.stat("/f").unwrap().under_construction, "nothing applied");
+    s.commit_block_synchronization(&sync_of(&cmd, 40, &pipeline), at(t0, HARD + 1))
+        .unwrap();
+    assert_eq!(s.stat("/f").unwrap().length, 140);
+}
+
+#[test]
 fn no_data_anywhere_drops_the_last_block() {
     let (mut s, t0) = lease_state();
     let (b1, _) = abandoned(&mut s, t0);
@@ -194,7 +231,7 @@ fn no_data_anywhere_drops_the_last_block() {
     );
     // Every pipeline DataNode is told to delete its replica; a retried report is fine.
     for d in &cmd.locations {
-        let cmds = s.heartbeat(&hb(&d.node_id.0), at(t0, HARD + 2)).commands;
+        let cmds = flushed_heartbeat(&mut s, &hb(&d.node_id.0), at(t0, HARD + 2)).commands;
         assert!(
             matches!(&cmds[..], [DatanodeCommand::Delete { blocks }] if blocks[0].id == cmd.block.id && blocks[0].gen_stamp == cmd.recovery_id)
         );
@@ -216,7 +253,7 @@ fn an_empty_last_block_nobody_holds_is_dropped_at_once() {
             .iter()
             .any(|d| d.node_id == node(&format!("dn{i}")))
         {
-            s.heartbeat(&hb(&format!("dn{i}")), at(t0, 2000));
+            flushed_heartbeat(&mut s, &hb(&format!("dn{i}")), at(t0, 2000));
         }
     }
     s.renew_lease(CLIENT, at(t0, 2000));

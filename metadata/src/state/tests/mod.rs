@@ -1,18 +1,20 @@
 //! Unit tests of the service logic, on a temporary sled store, without a runtime: helpers and
 //! namespace tests here, the write path in `writes`, DataNode reports and liveness in `reports`.
 
+mod append;
+mod held;
 mod lease;
 mod repair;
 mod reports;
 mod writes;
 
 use super::*;
-use crate::store::SledStore;
+use crate::store::{MemStore, SledStore};
 use sluice_common::proto::ReplicaState;
 use sluice_common::rpc::LocatedBlock;
 use sluice_common::rpc::{
     AdditionalDatanodes, BadReplica, CreateOptions, DatanodeCommand, DatanodeRegistration,
-    FileKind, Health, Heartbeat, ReplicaEvent, ReplicaReport,
+    FileKind, Health, Heartbeat, HeartbeatResponse, ReplicaEvent, ReplicaReport,
 };
 use sluice_common::{BlockId, ExtendedBlock, GenerationStamp};
 use std::time::Duration;
@@ -32,7 +34,13 @@ pub(super) fn open(cfg: &MetadataConfig, store: Arc<dyn MetaStore>) -> State {
 }
 
 pub(super) fn must_state() -> State {
-    open(&cfg(), Arc::new(SledStore::temporary().unwrap()))
+    open(&cfg(), Arc::new(MemStore::new()))
+}
+
+/// A heartbeat after a flush (the state tests model a service whose changes are durable).
+pub(super) fn flushed_heartbeat(s: &mut State, hb: &Heartbeat, now: Instant) -> HeartbeatResponse {
+    futures::executor::block_on(s.store().flush()).unwrap();
+    s.heartbeat(hb, now)
 }
 
 pub(super) fn dn(n: &str, rack: &str) -> DatanodeRegistration {
@@ -200,7 +208,7 @@ fn overwrite_drops_old_blocks() {
     let st = s.create("/f", &o, Instant::now()).unwrap();
     assert_eq!((st.length, st.block_count), (0, 0));
     for i in 0..3 {
-        let r = s.heartbeat(&hb(&format!("dn{i}")), Instant::now());
+        let r = flushed_heartbeat(&mut s, &hb(&format!("dn{i}")), Instant::now());
         assert_eq!(
             r.commands,
             vec![DatanodeCommand::Delete {

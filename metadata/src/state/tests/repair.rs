@@ -11,7 +11,7 @@ fn repair_state(racks: &[&str], tune: impl FnOnce(&mut MetadataConfig)) -> (Stat
     c.stale_interval = HumanDuration::secs(30);
     c.dead_interval = HumanDuration::secs(60);
     tune(&mut c);
-    let mut s = open(&c, Arc::new(SledStore::temporary().unwrap()));
+    let mut s = open(&c, Arc::new(MemStore::new()));
     let t0 = Instant::now();
     for (i, rack) in racks.iter().enumerate() {
         s.register(&dn(&format!("dn{i}"), rack), t0);
@@ -44,7 +44,7 @@ fn beat(s: &mut State, n: usize, silent: &[&str], t: Instant) -> Vec<(NodeId, Da
         if silent.contains(&name.as_str()) {
             continue;
         }
-        for c in s.heartbeat(&hb(&name), t).commands {
+        for c in flushed_heartbeat(s, &hb(&name), t).commands {
             out.push((node(&name), c));
         }
     }
@@ -104,7 +104,7 @@ fn a_dead_datanodes_blocks_are_copied_from_live_holders() {
     let cmds = beat(&mut s, 5, &["dn2"], at(t0, 62));
     assert_eq!(cmds.len(), 2, "{cmds:?}");
     for (src, c) in cmds {
-        let DatanodeCommand::Transfer { block, targets } = c else {
+        let DatanodeCommand::Transfer { block, targets, .. } = c else {
             panic!("{c:?}");
         };
         let want = sched.iter().find(|(b, _, _)| *b == block.id).unwrap();
@@ -152,15 +152,19 @@ fn the_fewest_replicas_go_first_within_the_rate_limits() {
         ..hb("dn0")
     };
     let queued = sched.iter().filter(|(_, s, _)| s.0 == "dn0").count();
-    let first = s.heartbeat(&busy, at(t0, 62)).commands;
+    let first = flushed_heartbeat(&mut s, &busy, at(t0, 62)).commands;
     assert_eq!(first.len(), queued.min(1), "{first:?}");
     let full = Heartbeat {
         transfers_in_progress: 2,
         ..hb("dn0")
     };
-    assert!(s.heartbeat(&full, at(t0, 62)).commands.is_empty());
+    assert!(flushed_heartbeat(&mut s, &full, at(t0, 62))
+        .commands
+        .is_empty());
     assert_eq!(
-        s.heartbeat(&hb("dn0"), at(t0, 62)).commands.len(),
+        flushed_heartbeat(&mut s, &hb("dn0"), at(t0, 62))
+            .commands
+            .len(),
         queued - first.len()
     );
     // The rest is scheduled by later passes, as the sources' queues empty.
@@ -200,7 +204,7 @@ fn excess_replicas_go_from_the_crowded_rack_then_the_fullest_node() {
     let b = write_on(&mut s, "/f", 10, &["dn0", "dn1", "dn2"]);
     let space = |n: &str, remaining| Heartbeat { remaining, ..hb(n) };
     for (n, r) in [("dn0", 100), ("dn1", 50), ("dn2", 200), ("dn3", 10)] {
-        s.heartbeat(&space(n, r), at(t0, 1));
+        flushed_heartbeat(&mut s, &space(n, r), at(t0, 1));
     }
     // A fourth replica turns up (a DataNode came back, a copy arrived twice).
     s.block_received(&node("dn3"), &[ReplicaEvent::Received(b)])
@@ -215,7 +219,7 @@ fn excess_replicas_go_from_the_crowded_rack_then_the_fullest_node() {
     );
     assert_eq!(s.fsck("/f").unwrap().health, Health::Healthy);
     assert_eq!(
-        s.heartbeat(&hb("dn1"), at(t0, 3)).commands,
+        flushed_heartbeat(&mut s, &hb("dn1"), at(t0, 3)).commands,
         vec![DatanodeCommand::Delete { blocks: vec![b] }]
     );
     // Chosen once: later passes do not pick another one.
@@ -230,7 +234,7 @@ fn excess_replicas_go_from_the_crowded_rack_then_the_fullest_node() {
     assert!(s.tick(at(t0, 4)).is_empty());
     // The report says the replica is still there (the command was lost): asked again.
     assert_eq!(
-        s.heartbeat(&hb("dn1"), at(t0, 4)).commands,
+        flushed_heartbeat(&mut s, &hb("dn1"), at(t0, 4)).commands,
         vec![DatanodeCommand::Delete { blocks: vec![b] }]
     );
     s.block_received(&node("dn1"), &[ReplicaEvent::Deleted(b)])
@@ -280,7 +284,9 @@ fn a_corrupt_replica_is_replaced_then_deleted() {
     );
     assert_eq!(sched[0].2, vec![node("dn3")]);
     // Not deleted before the copy is there.
-    assert!(s.heartbeat(&hb("dn1"), at(t0, 2)).commands.is_empty());
+    assert!(flushed_heartbeat(&mut s, &hb("dn1"), at(t0, 2))
+        .commands
+        .is_empty());
     s.block_received(&node("dn3"), &[ReplicaEvent::Received(b)])
         .unwrap();
     let actions = s.tick(at(t0, 3));
@@ -294,7 +300,7 @@ fn a_corrupt_replica_is_replaced_then_deleted() {
         "until deleted"
     );
     assert_eq!(
-        s.heartbeat(&hb("dn1"), at(t0, 4)).commands,
+        flushed_heartbeat(&mut s, &hb("dn1"), at(t0, 4)).commands,
         vec![DatanodeCommand::Delete { blocks: vec![b] }]
     );
     assert!(s.tick(at(t0, 5)).is_empty(), "deleted once");
@@ -315,7 +321,7 @@ fn the_block_scanner_reports_corrupt_and_stale_replicas() {
     let old = ExtendedBlock::new(b.id, GenerationStamp(b.gen_stamp.0 - 1), 10);
     s.block_received(&node("dn3"), &[ReplicaEvent::Corrupt(old)])
         .unwrap();
-    let cmds = s.heartbeat(&hb("dn3"), at(t0, 2)).commands;
+    let cmds = flushed_heartbeat(&mut s, &hb("dn3"), at(t0, 2)).commands;
     assert!(
         cmds.contains(&DatanodeCommand::Delete { blocks: vec![old] }),
         "{cmds:?}"

@@ -29,13 +29,13 @@ fn block_report_invalidates_unknown_and_stale() {
         Err(MetaError::UnknownDatanode { .. })
     ));
     assert_eq!(
-        s.heartbeat(&hb("dn0"), Instant::now()).commands,
+        flushed_heartbeat(&mut s, &hb("dn0"), Instant::now()).commands,
         vec![DatanodeCommand::Delete {
             blocks: vec![unknown.block]
         }]
     );
     assert_eq!(
-        s.heartbeat(&hb("dn1"), Instant::now()).commands,
+        flushed_heartbeat(&mut s, &hb("dn1"), Instant::now()).commands,
         vec![DatanodeCommand::Delete {
             blocks: vec![stale.block]
         }]
@@ -46,7 +46,7 @@ fn block_report_invalidates_unknown_and_stale() {
     assert_eq!(fsck.health, Health::UnderReplicated);
     // Unknown node heartbeat → re-register.
     assert_eq!(
-        s.heartbeat(&hb("ghost"), Instant::now()).commands,
+        flushed_heartbeat(&mut s, &hb("ghost"), Instant::now()).commands,
         vec![DatanodeCommand::Reregister]
     );
 }
@@ -64,12 +64,15 @@ fn delete_sends_bounded_delete_commands() {
         ));
     }
     assert!(s.delete("/f0", false).unwrap());
-    let r = s.heartbeat(&hb("dn0"), Instant::now());
+    let r = flushed_heartbeat(&mut s, &hb("dn0"), Instant::now());
     let DatanodeCommand::Delete { blocks } = &r.commands[0] else {
         panic!("{r:?}")
     };
     assert_eq!(blocks.len(), 2);
-    assert_eq!(s.heartbeat(&hb("dn0"), Instant::now()).commands, vec![]);
+    assert_eq!(
+        flushed_heartbeat(&mut s, &hb("dn0"), Instant::now()).commands,
+        vec![]
+    );
     // Bounded per heartbeat.
     let id = blocks[0].id;
     for i in 0..(MAX_DELETES_PER_HEARTBEAT as u64 + 5) {
@@ -78,7 +81,7 @@ fn delete_sends_bounded_delete_commands() {
             ExtendedBlock::new(BlockId(id.0 + 1000 + i), GenerationStamp(1), 0),
         );
     }
-    let r = s.heartbeat(&hb("dn1"), Instant::now());
+    let r = flushed_heartbeat(&mut s, &hb("dn1"), Instant::now());
     let DatanodeCommand::Delete { blocks } = &r.commands[0] else {
         panic!()
     };
@@ -90,7 +93,7 @@ fn liveness_and_fsck_verdicts() {
     let mut c = cfg();
     c.stale_interval = sluice_common::config::HumanDuration::secs(30);
     c.dead_interval = sluice_common::config::HumanDuration::secs(60);
-    let mut s = open(&c, Arc::new(SledStore::temporary().unwrap()));
+    let mut s = open(&c, Arc::new(MemStore::new()));
     let t0 = Instant::now();
     for i in 0..3 {
         s.register(&dn(&format!("dn{i}"), "/r"), t0);
@@ -100,8 +103,8 @@ fn liveness_and_fsck_verdicts() {
     // dn0 and dn1 keep heart-beating; dn2 goes silent.
     let at = |secs| t0 + Duration::from_secs(secs);
     for t in [20, 40, 59] {
-        s.heartbeat(&hb("dn0"), at(t));
-        s.heartbeat(&hb("dn1"), at(t));
+        flushed_heartbeat(&mut s, &hb("dn0"), at(t));
+        flushed_heartbeat(&mut s, &hb("dn1"), at(t));
     }
     assert_eq!(
         s.tick(at(31)),
@@ -134,7 +137,7 @@ fn liveness_and_fsck_verdicts() {
     s.abandon_block("/g", CLIENT, g.block).unwrap();
     // A dead node's heartbeat asks it to re-register; after that and a report it counts.
     assert_eq!(
-        s.heartbeat(&hb("dn2"), at(62)).commands,
+        flushed_heartbeat(&mut s, &hb("dn2"), at(62)).commands,
         vec![DatanodeCommand::Reregister]
     );
     assert!(s.block_received(&node("dn2"), &[]).is_err());

@@ -83,7 +83,7 @@ fn add_block_argument_checks_and_abandon() {
         min_replication: 3,
         ..cfg()
     };
-    let mut strict = open(&strict_cfg, Arc::new(SledStore::temporary().unwrap()));
+    let mut strict = open(&strict_cfg, Arc::new(MemStore::new()));
     with_nodes(&mut strict, 2);
     strict.create("/f", &opts(CLIENT), Instant::now()).unwrap();
     assert_eq!(
@@ -111,7 +111,7 @@ fn add_block_argument_checks_and_abandon() {
     s.abandon_block("/f", CLIENT, b.block).unwrap();
     assert_eq!(s.stat("/f").unwrap().block_count, 0);
     for d in &b.locations {
-        let r = s.heartbeat(&hb(&d.node_id.0), Instant::now());
+        let r = flushed_heartbeat(&mut s, &hb(&d.node_id.0), Instant::now());
         assert_eq!(
             r.commands,
             vec![DatanodeCommand::Delete {
@@ -272,7 +272,7 @@ fn pipeline_recovery_checks() {
     // The DataNode taken out of the pipeline is asked at once to delete its replica under the
     // old stamp: it does not report replicas being written, so no report would tell.
     let dropped = &lb.locations[2].node_id;
-    let r = s.heartbeat(&hb(&dropped.0), Instant::now());
+    let r = flushed_heartbeat(&mut s, &hb(&dropped.0), Instant::now());
     assert_eq!(
         r.commands,
         vec![DatanodeCommand::Delete {
@@ -288,7 +288,7 @@ fn pipeline_recovery_checks() {
         })],
     )
     .unwrap();
-    let r = s.heartbeat(&hb(&dropped.0), Instant::now());
+    let r = flushed_heartbeat(&mut s, &hb(&dropped.0), Instant::now());
     assert_eq!(
         r.commands,
         vec![DatanodeCommand::Delete {
@@ -312,4 +312,73 @@ fn pipeline_recovery_checks() {
         s.update_block_for_pipeline(done, CLIENT),
         Err(MetaError::NotUnderConstruction { .. })
     ));
+}
+
+fn invalid(res: Result<impl std::fmt::Debug, MetaError>, arg: &str, value: u64) {
+    match res {
+        Err(MetaError::InvalidArgument { name, reason }) => {
+            assert_eq!(name, arg);
+            assert!(reason.contains(&value.to_string()), "{reason}");
+        }
+        other => panic!("expected InvalidArgument({arg}), got {other:?}"),
+    }
+}
+
+#[test]
+fn lengths_above_the_block_size_are_refused() {
+    let mut s = must_state();
+    with_nodes(&mut s, 3);
+    let o = CreateOptions {
+        block_size: 1 << 20,
+        ..opts(CLIENT)
+    };
+    s.create("/f", &o, Instant::now()).unwrap();
+    let lb = s.add_block("/f", CLIENT, None, &[]).unwrap();
+    let too_long = (1 << 20) + 1;
+    let prev = ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, too_long);
+    invalid(
+        s.add_block("/f", CLIENT, Some(prev), &[]),
+        "previous",
+        too_long,
+    );
+    invalid(s.complete("/f", CLIENT, Some(prev)), "last", too_long);
+    invalid(
+        s.fsync("/f", CLIENT, too_long),
+        "last_block_length",
+        too_long,
+    );
+    invalid(
+        s.fsync("/f", CLIENT, u64::MAX),
+        "last_block_length",
+        u64::MAX,
+    );
+    // Nothing was recorded; the block size itself is fine.
+    assert_eq!(s.stat("/f").unwrap().length, 0);
+    let full = ExtendedBlock::new(lb.block.id, lb.block.gen_stamp, 1 << 20);
+    finalize(&mut s, &lb, 1 << 20);
+    assert!(s.complete("/f", CLIENT, Some(full)).unwrap());
+}
+
+#[test]
+fn a_file_length_that_overflows_is_refused() {
+    let mut s = must_state();
+    for i in 0..3 {
+        let mut d = dn(&format!("dn{i}"), "/default-rack");
+        (d.capacity, d.remaining) = (u64::MAX, u64::MAX);
+        s.register(&d, Instant::now());
+    }
+    let huge = u64::MAX / 512 * 512;
+    let o = CreateOptions {
+        block_size: huge,
+        ..opts(CLIENT)
+    };
+    s.create("/f", &o, Instant::now()).unwrap();
+    let lb1 = s.add_block("/f", CLIENT, None, &[]).unwrap();
+    let b1 = finalize(&mut s, &lb1, huge);
+    let lb2 = s.add_block("/f", CLIENT, Some(b1), &[]).unwrap();
+    invalid(s.fsync("/f", CLIENT, huge), "last_block_length", huge);
+    let last = ExtendedBlock::new(lb2.block.id, lb2.block.gen_stamp, huge);
+    invalid(s.complete("/f", CLIENT, Some(last)), "last", huge);
+    invalid(s.add_block("/f", CLIENT, Some(last), &[]), "previous", huge);
+    assert_eq!(s.stat("/f").unwrap().length, huge);
 }

@@ -1,0 +1,125 @@
+//! `sluice bench`: benchmarks that measure Sluice's two designs side by side, each on its own
+//! embedded cluster (or, with `--metadata`, on an existing one). One module per benchmark:
+//! [`read`] (streaming read), [`write`] and [`mixed`] (write-memory batching), [`meta`]
+//! (metadata-service throughput); [`report`] holds
+//! what the write-path benchmarks measure and print; [`cache`] warms and evicts the page
+//! cache of a cluster's replica files and describes the machine; the helpers below start a cluster.
+
+pub mod cache;
+pub mod meta;
+pub mod mixed;
+pub mod read;
+pub mod report;
+pub mod write;
+
+use crate::Globals;
+use anyhow::Context as _;
+use clap::Subcommand;
+use sluice_client::{ClientConfig, FileSystem};
+use sluice_cluster::EmbeddedCluster;
+use sluice_common::config::DatanodeConfig;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Streaming read (ReadBlock, DataNode prefetch) against chunk read (ReadChunk): one
+    /// thread and several, warm and cold page cache, prefetch on and off, with the loopback
+    /// TCP ceiling.
+    Read(read::ReadArgs),
+    /// Write-memory batching off and on: one writer of a large file and many writers of
+    /// small ones (fsync at close); MB/s, CPU, and block-file write calls per MiB on buffered
+    /// and unbuffered replicas.
+    Write(write::WriteArgs),
+    /// Writers of 128 MiB files and readers re-reading existing files (80 % of the bytes read)
+    /// for a fixed time, batching off, last replica only, all replicas: MB/s and latencies.
+    Mixed(mixed::MixedArgs),
+    /// Metadata-service throughput (HDFS NNThroughputBenchmark): 1, 8 and 64 client tasks
+    /// doing mkdirs, create+close of empty files, stat, open (get_block_locations), rename and
+    /// delete, then stat latency under a create storm; ops/s and p50/p99 per operation, with
+    /// group commit on (and off, to compare).
+    Meta(meta::MetaArgs),
+}
+
+impl BenchCommand {
+    /// The command's name in error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BenchCommand::Read(_) => "bench read",
+            BenchCommand::Write(_) => "bench write",
+            BenchCommand::Mixed(_) => "bench mixed",
+            BenchCommand::Meta(_) => "bench meta",
+        }
+    }
+}
+
+/// Runs a benchmark.
+pub async fn run(c: &BenchCommand, g: &Globals) -> anyhow::Result<ExitCode> {
+    match c {
+        BenchCommand::Read(args) => read::run(args, g).await,
+        BenchCommand::Write(args) => write::run(args, g).await,
+        BenchCommand::Mixed(args) => mixed::run(args, g).await,
+        BenchCommand::Meta(args) => meta::run(args, g).await,
+    }
+}
+
+/// Write-memory batching as a write-path benchmark configures the DataNodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Batching {
+    /// `write.memory.buffer.enabled = false`: every replica written packet by packet.
+    Off,
+    /// Batching on the last DataNode of each pipeline only (Sluice's default).
+    Last,
+    /// Batching on every replica (`last-replica-only = false`).
+    All,
+}
+
+impl Batching {
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Batching::Off => "off",
+            Batching::Last => "last-replica",
+            Batching::All => "all-replicas",
+        }
+    }
+
+    /// `dn` with this configuration.
+    pub fn apply(self, dn: &DatanodeConfig) -> DatanodeConfig {
+        DatanodeConfig {
+            write_buffer_enabled: self != Batching::Off,
+            write_buffer_last_replica_only: self != Batching::All,
+            ..dn.clone()
+        }
+    }
+}
+
+/// Creates `dir`, which must be absent or empty (a benchmark removes what it creates).
+pub fn fresh_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        anyhow::bail!(
+            "{} is not empty: choose another --dir or remove it",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// Starts an embedded cluster of `datanodes` DataNodes configured as `dn` under `dir` (see
+/// [`crate::local::start_cluster`]) and connects to it once every DataNode is live.
+pub async fn embedded_cluster(
+    dir: &Path,
+    datanodes: usize,
+    g: &Globals,
+    dn: &DatanodeConfig,
+) -> anyhow::Result<(EmbeddedCluster, FileSystem)> {
+    let meta = g.full.metadata.clone();
+    let cluster = crate::local::start_cluster(dir, datanodes, meta, dn, 0, 0).await?;
+    let cfg = ClientConfig {
+        metadata_address: cluster.metadata_addr().to_string(),
+        ..g.config.clone()
+    };
+    let fs = FileSystem::connect(cfg).await?;
+    Ok((cluster, fs))
+}

@@ -1,0 +1,464 @@
+//! `sluice bench read`: the streaming read (`ReadBlock`, one request per block, DataNode
+//! prefetch) against the classic chunk read (`ReadChunk`, one request per 4 MiB), reproducing
+//! the two experiments of the Ozone streaming-read article on this machine, both modes in one
+//! run:
+//!
+//! 1. one thread reads a file (1 GiB), warm (every replica file read into the page cache
+//!    first) and cold (every replica file evicted first: `fdatasync`, `posix_fadvise
+//!    (DONTNEED)`);
+//! 2. `--threads` (4) threads each read their own file, aggregate MB/s, warm and cold;
+//! 3. the same in stream mode with the DataNodes' prefetch forced to advise the kernel
+//!    (`read.prefetch.fadvise = "on"`), reading ahead into buffers only (`"off"`), and with
+//!    prefetch off (`read.prefetch.bytes = 0`) — the same cluster restarted with each
+//!    configuration — to show what each part of prefetch adds (1 and 2 run with the
+//!    configured settings, `"auto"` by default);
+//!
+//! plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
+//! should be read against. Each configuration runs `--runs` times (min/median/max); runs of
+//! both modes are interleaved so that drift on a shared machine hits both alike.
+//!
+//! By default the benchmark runs its own embedded cluster ([`sluice_cluster::EmbeddedCluster`]) under `--dir`,
+//! which it removes afterwards (unless `--keep`). With the global `--metadata` it uses that
+//! cluster instead: it cannot touch that cluster's page cache or configuration, so it measures
+//! both modes with the cache as it is and prefetch as configured, and says so.
+
+mod report;
+
+use super::cache::{self, Machine};
+use crate::Globals;
+use anyhow::Context as _;
+use clap::Args;
+use rand::{RngCore, SeedableRng};
+use report::{Report, Row, Sample};
+use sluice_client::{FileSystem, ReadMode, ReadOptions, WriteOptions};
+use sluice_cluster::EmbeddedCluster;
+use sluice_common::config::{ByteSize, DatanodeConfig, PrefetchAdvice};
+use sluice_common::rpc::Health;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Options of `sluice bench read`.
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    /// Directory for the benchmark's own cluster; must be absent or empty. Removed afterwards
+    /// unless --keep.
+    #[arg(long, default_value = "./sluice-bench-read", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Bytes per file.
+    #[arg(long, default_value = "1GiB", value_parser = ByteSize::parse)]
+    pub size: ByteSize,
+    /// Reader threads of the concurrent experiment, each on its own file.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Runs of each configuration (min/median/max).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Block size of the files.
+    #[arg(long, default_value = "256MiB", value_parser = ByteSize::parse)]
+    pub block_size: ByteSize,
+    /// Replicas per block (a read uses one; more replicas only cost write time and disk).
+    #[arg(long, default_value_t = 1)]
+    pub replication: u16,
+    /// DataNodes of the embedded cluster.
+    #[arg(long, default_value_t = 3)]
+    pub datanodes: usize,
+    /// Bytes per `read` call of the application (Freon's 4 MB buffer).
+    #[arg(long, default_value = "4MiB", value_parser = ByteSize::parse)]
+    pub read_size: ByteSize,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the cluster directory.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// How the page cache is prepared before a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CacheState {
+    Warm,
+    Cold,
+    AsIs,
+}
+
+impl CacheState {
+    fn name(self) -> &'static str {
+        match self {
+            CacheState::Warm => "warm",
+            CacheState::Cold => "cold",
+            CacheState::AsIs => "as-is",
+        }
+    }
+}
+
+const FILES_DIR: &str = "/bench/read";
+
+/// Runs `sluice bench read`.
+pub async fn run(args: &ReadArgs, g: &Globals) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
+    anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
+    let report = if g.metadata_given {
+        run_existing(args, g).await?
+    } else {
+        run_embedded(args, g).await?
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print_table();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The benchmark on its own cluster: warm and cold, prefetch on and off.
+async fn run_embedded(args: &ReadArgs, g: &Globals) -> anyhow::Result<Report> {
+    let dir = &args.dir;
+    super::fresh_dir(dir)?;
+    let r = measure_embedded(args, g, dir).await;
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    r
+}
+
+async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::Result<Report> {
+    let mut dn = g.full.datanode.clone();
+    if dn.read_prefetch_bytes.bytes() == 0 {
+        dn.read_prefetch_bytes = DatanodeConfig::default().read_prefetch_bytes;
+    }
+    let window = dn.read_prefetch_bytes;
+    let fadvise = dn.read_prefetch_fadvise;
+    let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
+    let mut report = new_report(args, g, dir);
+    report
+        .notes
+        .push(auto_note(&report.machine, window, fadvise));
+    let paths = files(args);
+    report.write_mb_per_s = write_files(&fs, args, &paths).await?;
+    report.loopback = loopback(args).await?;
+    let caches = [CacheState::Warm, CacheState::Cold];
+    let modes = [ReadMode::Stream, ReadMode::Chunk];
+    let label = format!("{window},{}", advice_name(fadvise));
+    for threads in [1, args.threads] {
+        let set = &paths[..threads];
+        let rows = experiment(&fs, args, dir, set, &caches, &modes, &label).await?;
+        report.rows.extend(rows);
+    }
+    cluster.stop().await;
+
+    // The same cluster and files, the DataNodes restarted: prefetch with kernel advice, into
+    // buffers only, then prefetch off. Stream mode only (chunk mode does not prefetch).
+    let configs = [
+        (window, PrefetchAdvice::On, format!("{window},advice")),
+        (window, PrefetchAdvice::Off, format!("{window},no-advice")),
+        (ByteSize(0), PrefetchAdvice::Off, "off".into()),
+    ];
+    for (bytes, fadvise, label) in configs {
+        dn.read_prefetch_bytes = bytes;
+        dn.read_prefetch_fadvise = fadvise;
+        let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
+        wait_healthy(&fs).await?;
+        for threads in [1, args.threads] {
+            let set = &paths[..threads];
+            let stream = [ReadMode::Stream];
+            let rows = experiment(&fs, args, dir, set, &caches, &stream, &label).await?;
+            report.rows.extend(rows);
+        }
+        cluster.stop().await;
+    }
+    report.compute_ratios();
+    Ok(report)
+}
+
+fn advice_name(a: PrefetchAdvice) -> &'static str {
+    match a {
+        PrefetchAdvice::Auto => "auto",
+        PrefetchAdvice::On => "advice",
+        PrefetchAdvice::Off => "no-advice",
+    }
+}
+
+/// What `read.prefetch.fadvise = "auto"` does on the disk under the benchmark.
+fn auto_note(m: &cache::Machine, window: ByteSize, configured: PrefetchAdvice) -> String {
+    let advises = m.read_ahead_kb.is_none_or(|kb| kb * 1024 < window.bytes());
+    format!(
+        "the first rows use read.prefetch.fadvise = \"{}\"; \"auto\" {} on this disk (its own \
+         read-ahead {} KiB, the prefetch window {window})",
+        match configured {
+            PrefetchAdvice::Auto => "auto",
+            PrefetchAdvice::On => "on",
+            PrefetchAdvice::Off => "off",
+        },
+        if advises {
+            "advises"
+        } else {
+            "does not advise"
+        },
+        m.read_ahead_kb
+            .map_or("unknown".into(), |kb| kb.to_string()),
+    )
+}
+
+/// The benchmark on the cluster at `--metadata`: page cache as it is, prefetch as configured.
+async fn run_existing(args: &ReadArgs, g: &Globals) -> anyhow::Result<Report> {
+    let fs = g.connect().await?;
+    let mut report = new_report(args, g, Path::new("."));
+    report.machine.disk = "remote cluster (the client's machine is described)".into();
+    report.notes.push(
+        "an existing cluster (--metadata): its page cache cannot be controlled (cache \"as-is\") \
+         and its prefetch setting not changed; run without --metadata for warm/cold and \
+         prefetch on/off"
+            .into(),
+    );
+    let paths = files(args);
+    report.write_mb_per_s = write_files(&fs, args, &paths).await?;
+    report.loopback = loopback(args).await?;
+    let modes = [ReadMode::Stream, ReadMode::Chunk];
+    for threads in [1, args.threads] {
+        let set = &paths[..threads];
+        let caches = [CacheState::AsIs];
+        let rows = experiment(
+            &fs,
+            args,
+            Path::new("."),
+            set,
+            &caches,
+            &modes,
+            "as configured",
+        );
+        report.rows.extend(rows.await?);
+    }
+    let _ = fs.delete(FILES_DIR, true).await;
+    report.compute_ratios();
+    Ok(report)
+}
+
+fn new_report(args: &ReadArgs, g: &Globals, dir: &Path) -> Report {
+    let c = &g.config;
+    Report {
+        machine: Machine::probe(dir),
+        file_bytes: args.size.bytes(),
+        block_bytes: args.block_size.bytes(),
+        replication: args.replication,
+        read_bytes: args.read_size.bytes(),
+        client: format!(
+            "read.buffer.bytes {}, read.piece.bytes {}, read.chunk.size {}",
+            c.read_buffer_bytes, c.read_piece_bytes, c.read_chunk_size
+        ),
+        write_mb_per_s: 0.0,
+        loopback: Row::new(1, "tcp", "-", "-".into(), Vec::new()),
+        rows: Vec::new(),
+        ratios: Vec::new(),
+        notes: Vec::new(),
+    }
+}
+
+fn files(args: &ReadArgs) -> Vec<String> {
+    (0..args.threads.max(1))
+        .map(|i| format!("{FILES_DIR}/f{i}"))
+        .collect()
+}
+
+/// Starts the embedded cluster on `dir` and connects once every DataNode is live.
+async fn start_cluster(
+    args: &ReadArgs,
+    g: &Globals,
+    dir: &Path,
+    dn: &DatanodeConfig,
+) -> anyhow::Result<(EmbeddedCluster, FileSystem)> {
+    super::embedded_cluster(dir, args.datanodes, g, dn).await
+}
+
+async fn wait_healthy(fs: &FileSystem) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let fsck = fs.fsck(FILES_DIR).await?;
+        if fsck.health == Health::Healthy {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the files are {:?} 120 s after the restart",
+            fsck.health
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Writes the files (pseudo-random bytes) one after the other; returns the write MB/s.
+async fn write_files(fs: &FileSystem, args: &ReadArgs, paths: &[String]) -> anyhow::Result<f64> {
+    let opts = WriteOptions {
+        overwrite: true,
+        create_parent: true,
+        replication: Some(args.replication),
+        block_size: Some(args.block_size.bytes()),
+    };
+    let started = Instant::now();
+    let mut buf = vec![0u8; 4 << 20];
+    for (i, path) in paths.iter().enumerate() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
+        let mut w = fs.create(path, opts.clone()).await?;
+        let mut left = args.size.bytes();
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            rng.fill_bytes(&mut buf[..n]);
+            w.write_all(&buf[..n]).await?;
+            left -= n as u64;
+        }
+        w.close().await?;
+    }
+    let bytes = args.size.bytes() * paths.len() as u64;
+    Ok(Sample::new(bytes, started.elapsed().as_secs_f64()).mb_per_s)
+}
+
+/// Runs every (cache, mode) pair `--runs` times over `paths` read concurrently, interleaved.
+async fn experiment(
+    fs: &FileSystem,
+    args: &ReadArgs,
+    dir: &Path,
+    paths: &[String],
+    caches: &[CacheState],
+    modes: &[ReadMode],
+    prefetch: &str,
+) -> anyhow::Result<Vec<Row>> {
+    let mut samples = vec![Vec::new(); caches.len() * modes.len()];
+    for _ in 0..args.runs {
+        for (ci, cache) in caches.iter().enumerate() {
+            for (mi, mode) in modes.iter().enumerate() {
+                prepare(dir, *cache).await?;
+                let s = timed_read(fs, args, paths, *mode).await?;
+                samples[ci * modes.len() + mi].push(s);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (ci, cache) in caches.iter().enumerate() {
+        for (mi, mode) in modes.iter().enumerate() {
+            let runs = std::mem::take(&mut samples[ci * modes.len() + mi]);
+            let name = match mode {
+                ReadMode::Stream => "stream",
+                ReadMode::Chunk => "chunk",
+            };
+            rows.push(Row::new(
+                paths.len(),
+                name,
+                cache.name(),
+                prefetch.into(),
+                runs,
+            ));
+        }
+    }
+    Ok(rows)
+}
+
+/// Warms or evicts every replica file under `dir`.
+async fn prepare(dir: &Path, cache: CacheState) -> anyhow::Result<()> {
+    if cache == CacheState::AsIs {
+        return Ok(());
+    }
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let files = cache::replica_files(&dir);
+        anyhow::ensure!(
+            !files.is_empty(),
+            "no replica files under {}",
+            dir.display()
+        );
+        match cache {
+            CacheState::Warm => cache::warm(&files).map(|_| ()),
+            _ => cache::evict(&files),
+        }
+        .context("preparing the page cache")
+    })
+    .await?
+}
+
+/// Reads every file of `paths` at once, one task each; the aggregate rate.
+async fn timed_read(
+    fs: &FileSystem,
+    args: &ReadArgs,
+    paths: &[String],
+    mode: ReadMode,
+) -> anyhow::Result<Sample> {
+    let started = Instant::now();
+    let tasks: Vec<_> = paths
+        .iter()
+        .map(|p| {
+            let (fs, p) = (fs.clone(), p.clone());
+            let read_size = args.read_size.as_usize().max(1);
+            tokio::spawn(async move { read_file(&fs, &p, mode, read_size).await })
+        })
+        .collect();
+    let mut total = 0u64;
+    for t in tasks {
+        total += t.await??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let want = args.size.bytes() * paths.len() as u64;
+    anyhow::ensure!(total == want, "read {total} bytes, expected {want}");
+    Ok(Sample::new(total, secs))
+}
+
+async fn read_file(
+    fs: &FileSystem,
+    path: &str,
+    mode: ReadMode,
+    read_size: usize,
+) -> anyhow::Result<u64> {
+    let opts = ReadOptions {
+        mode: Some(mode),
+        ..ReadOptions::default()
+    };
+    let mut r = fs.open_with(path, opts).await?;
+    let mut buf = vec![0u8; read_size];
+    let mut total = 0u64;
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+    }
+}
+
+/// A plain tokio socket copy of `--size` bytes over loopback, `--runs` times.
+async fn loopback(args: &ReadArgs) -> anyhow::Result<Row> {
+    let mut runs = Vec::new();
+    for _ in 0..args.runs {
+        runs.push(loopback_once(args.size.bytes()).await?);
+    }
+    Ok(Row::new(1, "tcp", "-", "-".into(), runs))
+}
+
+async fn loopback_once(bytes: u64) -> anyhow::Result<Sample> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let sender = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await?;
+        let buf = vec![0xa5u8; 1 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            s.write_all(&buf[..n]).await?;
+            left -= n as u64;
+        }
+        s.shutdown().await
+    });
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    let started = Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0u64;
+    loop {
+        let n = conn.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    sender.await??;
+    anyhow::ensure!(got == bytes, "loopback copy moved {got} of {bytes} bytes");
+    Ok(Sample::new(got, secs))
+}

@@ -1,0 +1,394 @@
+//! Commands that move bytes: put, get, cp, cat, tail.
+//!
+//! A copy into the cluster (put, cp) writes `<dest>._COPYING_` and renames it into place when
+//! it is closed, as `hdfs dfs -put`; a failed source, a failed write, Ctrl-C or SIGTERM
+//! deletes the `._COPYING_` file (which also ends its lease) before the command exits. A
+//! `._COPYING_` file left open by a client that crashed is taken over once its lease soft
+//! limit has passed: the metadata service recovers it and the retry overwrites it.
+//! A copy out of the cluster (get) writes `<local>._COPYING_` likewise.
+
+use super::progress::Progress;
+use super::{child, is_dir, local_target, remote_name, LEASE_RECOVERY_WAIT};
+use anyhow::{anyhow, bail, Context as _};
+use sluice_client::{ClientError, FileKind, FileSystem, FileWriter, WriteOptions};
+use sluice_common::MetaError;
+use std::io::SeekFrom;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWrite, AsyncWriteExt};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// Bytes moved per read/write.
+const COPY_BUFFER: usize = 1 << 20;
+
+/// Suffix of a file being copied, renamed into place when complete (as `hdfs dfs -put`).
+const COPYING: &str = "._COPYING_";
+
+/// Bytes `tail` prints (as `hdfs dfs -tail`).
+const TAIL_BYTES: u64 = 1024;
+
+/// How often `tail -f` looks for new bytes.
+const TAIL_POLL: Duration = Duration::from_secs(1);
+
+/// How often a `put` asks again while a crashed client's `._COPYING_` file is recovered.
+const LEASE_RETRY: Duration = Duration::from_millis(500);
+
+/// Ctrl-C and SIGTERM, caught so that a copy can clean up before the command exits.
+struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    /// Waits for a signal; returns its name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+        }
+    }
+}
+
+/// Where the bytes of a copy into the cluster come from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Stdin,
+    Local(&'a Path),
+    Remote(&'a str),
+}
+
+/// `put LOCAL... DEST`.
+pub async fn put_all(
+    fs: &FileSystem,
+    srcs: &[String],
+    dst: &str,
+    opts: WriteOptions,
+) -> anyhow::Result<()> {
+    let mut signals = Signals::install()?;
+    if srcs.len() == 1 && srcs[0] == "-" {
+        return copy_in(fs, Source::Stdin, dst, &opts, &mut signals).await;
+    }
+    if srcs.iter().any(|s| s == "-") {
+        bail!("- (stdin) must be the only source");
+    }
+    let into_dir = is_dir(fs, dst).await?;
+    if srcs.len() > 1 && !into_dir {
+        bail!("{dst}: is not a directory (several sources need one)");
+    }
+    for src in srcs {
+        let local = Path::new(src);
+        let target = if into_dir {
+            let name = local
+                .file_name()
+                .ok_or_else(|| anyhow!("{src} has no file name"))?;
+            child(dst, &name.to_string_lossy())
+        } else {
+            dst.to_string()
+        };
+        copy_in(fs, Source::Local(local), &target, &opts, &mut signals).await?;
+    }
+    Ok(())
+}
+
+/// `cp SRC... DEST` within the cluster.
+pub async fn cp_all(
+    fs: &FileSystem,
+    srcs: &[String],
+    dst: &str,
+    force: bool,
+) -> anyhow::Result<()> {
+    let mut signals = Signals::install()?;
+    let opts = WriteOptions {
+        overwrite: force,
+        create_parent: false,
+        ..WriteOptions::default()
+    };
+    for (src, to) in super::targets(fs, srcs, dst).await? {
+        if is_dir(fs, src).await? {
+            bail!("{src}: is a directory (cp copies files)");
+        }
+        copy_in(fs, Source::Remote(src), &to, &opts, &mut signals).await?;
+    }
+    Ok(())
+}
+
+/// Copies `src` to `<dst>._COPYING_`, then renames it to `dst`; on any failure or signal the
+/// `._COPYING_` file is deleted.
+async fn copy_in(
+    fs: &FileSystem,
+    src: Source<'_>,
+    dst: &str,
+    opts: &WriteOptions,
+    signals: &mut Signals,
+) -> anyhow::Result<()> {
+    if !opts.overwrite && fs.stat(dst).await.is_ok() {
+        return Err(ClientError::Meta(MetaError::AlreadyExists { path: dst.into() }).into());
+    }
+    let tmp = format!("{dst}{COPYING}");
+    let mut w = create_copying(fs, &tmp, opts).await?;
+    let written = tokio::select! {
+        r = write_source(fs, src, &mut w, dst) => r,
+        sig = signals.recv() => Err(anyhow!("interrupted by {sig}")),
+    };
+    let closed = match written {
+        Ok(()) => tokio::select! {
+            r = w.close() => r.map_err(anyhow::Error::from),
+            sig = signals.recv() => Err(anyhow!("interrupted by {sig}")),
+        },
+        Err(e) => Err(e),
+    };
+    if let Err(e) = closed {
+        drop(w); // stops the streamer
+        if let Err(d) = fs.delete(&tmp, false).await {
+            return Err(e.context(format!("{tmp} could not be deleted: {d}")));
+        }
+        return Err(e);
+    }
+    if opts.overwrite {
+        fs.delete(dst, false).await?;
+    }
+    fs.rename(&tmp, dst).await?;
+    Ok(())
+}
+
+/// Creates (overwrites) a `._COPYING_` file. When another client holds it, its lease has
+/// passed the soft limit and the metadata service has started recovering it (the holder
+/// turns into the recovery holder), waits for the recovery to close it, then takes it.
+async fn create_copying(
+    fs: &FileSystem,
+    tmp: &str,
+    opts: &WriteOptions,
+) -> anyhow::Result<FileWriter> {
+    let opts = WriteOptions {
+        overwrite: true,
+        ..opts.clone()
+    };
+    let first_holder = match fs.create(tmp, opts.clone()).await {
+        Ok(w) => return Ok(w),
+        Err(ClientError::Meta(MetaError::LeaseConflict { holder, .. })) => holder,
+        Err(e) => return Err(e.into()),
+    };
+    let deadline = tokio::time::Instant::now() + LEASE_RECOVERY_WAIT;
+    loop {
+        match fs.create(tmp, opts.clone()).await {
+            Ok(w) => return Ok(w),
+            Err(ClientError::Meta(MetaError::LeaseConflict { holder, .. }))
+                if holder == first_holder =>
+            {
+                bail!(
+                    "{tmp} is being written by {holder} (retry once its lease soft limit has \
+                     passed)"
+                );
+            }
+            Err(ClientError::Meta(MetaError::LeaseConflict { .. }))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(LEASE_RETRY).await;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::from(e).context(format!(
+                    "{tmp}: recovery of the crashed writer's file did not finish"
+                )))
+            }
+        }
+    }
+}
+
+async fn write_source(
+    fs: &FileSystem,
+    src: Source<'_>,
+    w: &mut FileWriter,
+    dst: &str,
+) -> anyhow::Result<()> {
+    match src {
+        Source::Stdin => {
+            let bar = Progress::start(dst, None);
+            copy(&mut tokio::io::stdin(), w, &bar).await?;
+        }
+        Source::Local(p) => {
+            let mut f = tokio::fs::File::open(p)
+                .await
+                .with_context(|| p.display().to_string())?;
+            let len = f.metadata().await.ok().map(|m| m.len());
+            let bar = Progress::start(dst, len);
+            copy(&mut f, w, &bar)
+                .await
+                .with_context(|| p.display().to_string())?;
+        }
+        Source::Remote(p) => {
+            let mut r = fs.open(p).await?;
+            let bar = Progress::start(dst, Some(r.len()));
+            copy(&mut r, w, &bar).await.with_context(|| p.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Appends each local file (or stdin) to `remote` through one writer; a missing `remote` is
+/// created first (with its parents, as `hdfs dfs -appendToFile`).
+pub async fn append_to_file(
+    fs: &FileSystem,
+    locals: &[PathBuf],
+    remote: &str,
+) -> anyhow::Result<()> {
+    if locals
+        .iter()
+        .filter(|l| l.as_path() == Path::new("-"))
+        .count()
+        > 1
+    {
+        bail!("stdin (-) can be appended only once");
+    }
+    let mut w = match fs.stat(remote).await {
+        Ok(s) if s.kind == FileKind::Directory => {
+            return Err(ClientError::Meta(MetaError::IsADirectory {
+                path: remote.to_string(),
+            })
+            .into())
+        }
+        Ok(_) => fs.append(remote).await?,
+        Err(ClientError::Meta(MetaError::NotFound { .. })) => {
+            let opts = WriteOptions {
+                create_parent: true,
+                ..WriteOptions::default()
+            };
+            fs.create(remote, opts).await?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for local in locals {
+        let copied = if local.as_path() == Path::new("-") {
+            copy(&mut tokio::io::stdin(), &mut w, &Progress::none()).await
+        } else {
+            match tokio::fs::File::open(local).await {
+                Ok(mut f) => copy(&mut f, &mut w, &Progress::none()).await,
+                Err(e) => Err(anyhow!(e).context(format!("{}", local.display()))),
+            }
+        };
+        if let Err(e) = copied {
+            // What was acknowledged stays: close the file with it (as an HDFS writer would).
+            let _ = w.close().await;
+            return Err(e);
+        }
+    }
+    w.close().await?;
+    Ok(())
+}
+
+/// `get SRC... LOCALDEST` (`-`: stdout).
+pub async fn get_all(
+    fs: &FileSystem,
+    srcs: &[String],
+    dst: &str,
+    force: bool,
+) -> anyhow::Result<()> {
+    if dst == "-" {
+        return cat(fs, srcs).await;
+    }
+    let local = Path::new(dst);
+    if srcs.len() > 1 && !local.is_dir() {
+        bail!("{dst}: is not a directory (several sources need one)");
+    }
+    let mut signals = Signals::install()?;
+    for src in srcs {
+        get_one(fs, src, &local_target(local, src), force, &mut signals).await?;
+    }
+    Ok(())
+}
+
+async fn get_one(
+    fs: &FileSystem,
+    remote: &str,
+    target: &Path,
+    force: bool,
+    signals: &mut Signals,
+) -> anyhow::Result<()> {
+    let mut r = fs.open(remote).await?;
+    if target.exists() && !force {
+        bail!("{}: file exists (use -f to overwrite)", target.display());
+    }
+    let mut tmp = target.as_os_str().to_owned();
+    tmp.push(COPYING);
+    let tmp = std::path::PathBuf::from(tmp);
+    let bar = Progress::start(remote_name(remote), Some(r.len()));
+    let work = async {
+        let mut f = tokio::fs::File::create(&tmp)
+            .await
+            .with_context(|| tmp.display().to_string())?;
+        copy(&mut r, &mut f, &bar).await?;
+        f.sync_all().await?;
+        tokio::fs::rename(&tmp, target)
+            .await
+            .with_context(|| target.display().to_string())
+    };
+    let result = tokio::select! {
+        r = work => r,
+        sig = signals.recv() => Err(anyhow!("interrupted by {sig}")),
+    };
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result
+}
+
+/// `cat PATH...`: each file in turn to stdout.
+pub async fn cat(fs: &FileSystem, paths: &[String]) -> anyhow::Result<()> {
+    let mut out = tokio::io::stdout();
+    for p in paths {
+        let mut r = fs.open(p).await?;
+        copy(&mut r, &mut out, &Progress::none())
+            .await
+            .with_context(|| p.clone())?;
+    }
+    Ok(())
+}
+
+/// `tail [-f] PATH`: the last kilobyte; with `follow`, then every byte that is added (the
+/// readable length of a file being written grows with each hflush and finished block).
+pub async fn tail(fs: &FileSystem, path: &str, follow: bool) -> anyhow::Result<()> {
+    if fs.stat(path).await?.kind == FileKind::Directory {
+        bail!("{path}: is a directory");
+    }
+    let mut out = tokio::io::stdout();
+    let mut r = fs.open(path).await?;
+    let mut pos = r.len().saturating_sub(TAIL_BYTES);
+    loop {
+        if r.len() > pos {
+            r.seek(SeekFrom::Start(pos)).await?;
+            pos += copy(&mut r, &mut out, &Progress::none()).await?;
+        }
+        if !follow {
+            return Ok(());
+        }
+        tokio::time::sleep(TAIL_POLL).await;
+        r = fs.open(path).await?;
+    }
+}
+
+/// Copies `from` to `to` through a fixed buffer; returns the bytes copied.
+async fn copy<R, W>(from: &mut R, to: &mut W, bar: &Progress) -> anyhow::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let mut total = 0u64;
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        to.write_all(&buf[..n]).await?;
+        total += n as u64;
+        bar.advance(n as u64);
+    }
+    to.flush().await?;
+    Ok(total)
+}

@@ -1,0 +1,10 @@
+//! The `sluice` command's integration tests, one binary: the real binary against the fakes
+//! (`cli`), `sluice local` as a process (`local`) and every benchmark on tiny embedded clusters
+//! (`bench`), and the `hdfs dfs` verbs against `sluice local` (`verbs`).
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod bench;
+mod cli;
+mod local;
+mod verbs;

@@ -1,0 +1,216 @@
+//! Every OS call of the DataNode below `std`, each in one function, and the only module with
+//! `unsafe` code (the crate denies `unsafe_code` everywhere else): the directory fsync that
+//! makes entries created, renamed or removed in a directory durable, `pwrite` of a whole
+//! buffer, opening a block file with `O_DIRECT` and the buffers aligned for it,
+//! `posix_fadvise`, `statvfs` and the host name.
+#![allow(unsafe_code)] // the one place for it; each block says why it is sound
+
+use crate::error::{DatanodeError, IoContext, Result};
+use crate::storage::volume::Space;
+use std::alloc::Layout;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// Alignment of buffer addresses, file offsets and lengths of O_DIRECT writes.
+pub const DIRECT_IO_ALIGN: usize = 4096;
+
+/// fsyncs directory `dir`, so that the entries created, renamed or removed in it survive a
+/// power cut (the files' own data needs their own fsync).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(test)]
+    record::push(dir);
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx("fsync directory", dir)
+}
+
+/// `pwrite`s all of `buf` at `pos`, retrying short writes and `EINTR`; `each_call` runs
+/// before every call (the write counters).
+pub(crate) fn write_all_at(
+    file: &File,
+    mut buf: &[u8],
+    mut pos: u64,
+    mut each_call: impl FnMut(),
+) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        each_call();
+        match file.write_at(buf, pos) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n..];
+                pos += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Opens `path` for O_DIRECT writes; `None` (with a warning) where the file system refuses
+/// O_DIRECT.
+pub(crate) fn open_direct(path: &Path) -> Result<Option<File>> {
+    match File::options()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if refuses_direct_io(&e) => {
+            tracing::warn!(path = %path.display(), "the file system refuses O_DIRECT: flushing through the page cache");
+            Ok(None)
+        }
+        Err(e) => Err(DatanodeError::io("open (O_DIRECT)", path, e)),
+    }
+}
+
+/// True when `e` is the file system refusing O_DIRECT (`EINVAL`).
+pub(crate) fn refuses_direct_io(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EINVAL)
+}
+
+/// What `posix_fadvise` tells the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Advice {
+    /// `POSIX_FADV_WILLNEED`: read these pages ahead.
+    WillNeed,
+    /// `POSIX_FADV_DONTNEED`: drop these pages from the cache.
+    DontNeed,
+}
+
+/// `posix_fadvise` over `[off, off + len)` (`len` 0: to the end). A hint: failures are
+/// logged at debug and ignored.
+pub(crate) fn fadvise(file: &File, off: u64, len: u64, advice: Advice) {
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(off), libc::off_t::try_from(len)) else {
+        return;
+    };
+    let advice_flag = match advice {
+        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
+        Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
+    };
+    // SAFETY: the fd is valid for the life of `file`; fadvise only reads its arguments.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, advice_flag) };
+    if rc != 0 {
+        tracing::debug!(rc, ?advice, "posix_fadvise failed (ignored)");
+    }
+}
+
+/// Space of the file system holding `path` (`statvfs`).
+pub(crate) fn statvfs(path: &Path) -> Result<Space> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| DatanodeError::invalid(format!("path {} holds a NUL", path.display())))?;
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized, writable struct;
+    // statvfs only writes into `st`.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(DatanodeError::io(
+            "statvfs",
+            path,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let frsize = st.f_frsize as u64;
+    Ok(Space {
+        capacity: (st.f_blocks as u64).saturating_mul(frsize),
+        remaining: (st.f_bavail as u64).saturating_mul(frsize),
+    })
+}
+
+/// This machine's host name (`gethostname`), `None` when it is unset or unreadable.
+pub(crate) fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what we pass.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+/// A heap buffer whose start is aligned to [`DIRECT_IO_ALIGN`], zeroed at allocation.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its allocation exclusively; nothing else points into it.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` zeroed bytes (`None` if `len` is 0 or the allocation fails).
+    pub fn zeroed(len: usize) -> Option<AlignedBuf> {
+        let layout = Layout::from_size_align(len, DIRECT_IO_ALIGN).ok()?;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        NonNull::new(ptr).map(|ptr| AlignedBuf { ptr, len })
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` initialised (zeroed) bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (a buffer is never empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if let Ok(layout) = Layout::from_size_align(self.len, DIRECT_IO_ALIGN) {
+            // SAFETY: allocated in `zeroed` with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+/// Test seam: the directories fsynced by this thread, in order, so unit tests can check that
+/// a change syncs the directories it must (and fail when a sync is removed).
+#[cfg(test)]
+pub(crate) mod record {
+    use std::cell::RefCell;
+    use std::path::{Path, PathBuf};
+
+    thread_local! {
+        static SYNCED: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn push(dir: &Path) {
+        SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
+    }
+
+    /// The directories fsynced by this thread since the last call.
+    pub(crate) fn take() -> Vec<PathBuf> {
+        SYNCED.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    }
+}

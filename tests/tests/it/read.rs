@@ -1,0 +1,618 @@
+//! End-to-end tests of the read path on a MiniCluster: stream and chunk modes, the
+//! DataNode's prefetch on and off, the client's bounded buffer (reads and forward seeks inside
+//! it send no request), positioned reads that leave the stream alone, the edges (out of range,
+//! error statuses, corrupt data, empty files, seeks past the end), a seeded property test of
+//! random seeks and reads against a local copy, and failover when the serving DataNode dies or
+//! serves corrupt bytes.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use rand::{Rng, SeedableRng};
+use sluice_client::{ClientError, FileReader, ReadMode, ReadOptions, WriteOptions};
+use sluice_common::config::{ByteSize, HumanDuration, PrefetchAdvice};
+use sluice_common::proto::{Message, Op, ReadBlockOp, ReadChunkOp};
+use sluice_common::rpc::Health;
+use sluice_common::Status;
+use sluice_tests::raw::RawConn;
+use sluice_tests::{random_bytes, wait_until, with_timeout, write_all, MiniCluster};
+use std::io::SeekFrom;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+const LIMIT: Duration = Duration::from_secs(180);
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+
+fn opts(mode: ReadMode) -> ReadOptions {
+    ReadOptions {
+        mode: Some(mode),
+        ..ReadOptions::default()
+    }
+}
+
+fn wopts(block_size: u64) -> WriteOptions {
+    WriteOptions {
+        create_parent: true,
+        block_size: Some(block_size),
+        ..WriteOptions::default()
+    }
+}
+
+/// The `ClientError` inside an `io::Error` from `AsyncRead`/`AsyncSeek`.
+fn client_error(e: &std::io::Error) -> &ClientError {
+    e.get_ref()
+        .and_then(|e| e.downcast_ref::<ClientError>())
+        .unwrap_or_else(|| panic!("not a ClientError: {e:?}"))
+}
+
+/// ReadBlock and ReadChunk requests served by every running DataNode.
+fn dn_requests(cluster: &MiniCluster) -> (u64, u64) {
+    let mut out = (0, 0);
+    for i in 0..cluster.datanode_count() {
+        if let Some(dn) = cluster.datanode(i) {
+            let m = dn.metrics();
+            out.0 += m.read_block_ops.get();
+            out.1 += m.read_chunk_ops.get();
+        }
+    }
+    out
+}
+
+async fn read_to_end(r: &mut FileReader) -> Vec<u8> {
+    let mut out = Vec::new();
+    r.read_to_end(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_modes_read_exact_bytes_chosen_by_config_or_per_open() {
+    with_timeout(LIMIT, "modes", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((3 * 256 * KIB + 12_345) as usize, 1);
+        write_all(&fs, "/m/f", &data, wopts(256 * KIB), 100_000)
+            .await
+            .unwrap();
+
+        // Default: stream. Only ReadBlock requests, one per block.
+        let before = dn_requests(&cluster);
+        let mut r = fs.open("/m/f").await.unwrap();
+        assert_eq!(r.mode(), ReadMode::Stream);
+        assert!(read_to_end(&mut r).await == data, "stream mode bytes");
+        let after = dn_requests(&cluster);
+        assert_eq!(after.0 - before.0, 4, "one ReadBlock per block");
+        assert_eq!(after.1, before.1, "no ReadChunk in stream mode");
+        assert_eq!(r.stats().requests, 4);
+
+        // Per open: chunk. One ReadChunk per chunk (4 MiB default > block: one per block).
+        let mut r = fs.open_with("/m/f", opts(ReadMode::Chunk)).await.unwrap();
+        assert!(read_to_end(&mut r).await == data, "chunk mode bytes");
+        let after2 = dn_requests(&cluster);
+        assert_eq!(after2.0, after.0, "no ReadBlock in chunk mode");
+        assert_eq!(after2.1 - after.1, 4);
+
+        // By configuration: read.mode = chunk, with 64 KiB chunks.
+        let fs_chunk = cluster
+            .client_with(|c| {
+                c.read_mode = ReadMode::Chunk;
+                c.read_chunk_size = ByteSize::kib(64);
+            })
+            .await
+            .unwrap();
+        let mut r = fs_chunk.open("/m/f").await.unwrap();
+        assert_eq!(r.mode(), ReadMode::Chunk);
+        assert!(read_to_end(&mut r).await == data);
+        let chunks = data.len().div_ceil(64 * KIB as usize) as u64;
+        assert_eq!(r.stats().requests, chunks, "one request per 64 KiB chunk");
+        assert_eq!(dn_requests(&cluster).1 - after2.1, chunks);
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datanode_prefetch_advises_and_reads_ahead_and_can_be_turned_off() {
+    with_timeout(LIMIT, "prefetch", async {
+        sluice_tests::init_logging();
+        // DataNode 0 prefetches (the default 8 MiB) with kernel advice, 1 without advice (read
+        // ahead into buffers only), 2 not at all.
+        let cluster = MiniCluster::builder()
+            .configure_datanodes(|i, c| match i {
+                0 => c.read_prefetch_fadvise = PrefetchAdvice::On,
+                1 => c.read_prefetch_fadvise = PrefetchAdvice::Off,
+                _ => c.read_prefetch_bytes = ByteSize(0),
+            })
+            .start()
+            .await
+            .unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((6 * MIB + 7) as usize, 2);
+        write_all(&fs, "/p/f", &data, wopts(8 * MIB), 1 << 20)
+            .await
+            .unwrap();
+        let lb = fs.get_block_locations("/p/f").await.unwrap().blocks[0].clone();
+        for i in 0..3 {
+            let m = cluster.datanode(i).unwrap().metrics();
+            let (advised, pieces) = (m.prefetch_advised_bytes.get(), m.pieces_sent.get());
+            let dn = cluster.datanode(i).unwrap().datanode_id();
+            let mut conn = RawConn::connect(&dn.data_addr)
+                .await
+                .unwrap()
+                .with_token(lb.token.clone());
+            let (got, _) = conn.read_replica(lb.block).await.unwrap();
+            assert!(got == data, "DataNode {i} streams the exact bytes");
+            let advised = m.prefetch_advised_bytes.get() - advised;
+            assert_eq!(m.pieces_sent.get() - pieces, 7, "1 MiB pieces");
+            if i == 0 {
+                assert!(advised >= 6 * MIB, "WILLNEED over the range: {advised}");
+            } else {
+                assert_eq!(advised, 0, "no advice on DataNode {i}");
+            }
+            assert!(
+                m.dropbehind_bytes.get() > 0,
+                "a 6 MiB read drops pages behind it"
+            );
+        }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_forward_seeks_inside_the_buffer_send_no_request() {
+    with_timeout(LIMIT, "buffer", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder()
+            .configure_client(|c| {
+                c.read_buffer_bytes = ByteSize::kib(512);
+                c.read_piece_bytes = ByteSize::kib(64);
+            })
+            .start()
+            .await
+            .unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((4 * MIB) as usize, 3);
+        write_all(&fs, "/b/f", &data, wopts(8 * MIB), 1 << 20)
+            .await
+            .unwrap();
+        let mut r = fs.open("/b/f").await.unwrap();
+        let mut buf = vec![0u8; 1000];
+        r.read_exact(&mut buf).await.unwrap();
+        assert_eq!(buf, data[..1000]);
+        // The stream fills the buffer up to its bound, then backpressure stops it.
+        wait_until(Duration::from_secs(20), "buffer filled", || {
+            let s = r.stats();
+            async move { s.buffered >= 512 * KIB - 64 * KIB }
+        })
+        .await;
+        let s = r.stats();
+        assert!(s.buffered <= 512 * KIB, "bounded: {s:?}");
+        assert!(
+            s.bytes_received <= 1000 + 512 * KIB,
+            "nothing beyond the bound: {s:?}"
+        );
+        let requests = dn_requests(&cluster);
+        // Forward seeks and reads inside what is buffered: no request anywhere.
+        for pos in [5_000u64, 100_000, 300_000, 450_000] {
+            r.seek(SeekFrom::Start(pos)).await.unwrap();
+            r.read_exact(&mut buf).await.unwrap();
+            assert!(buf == data[pos as usize..pos as usize + 1000], "at {pos}");
+        }
+        assert_eq!(dn_requests(&cluster), requests, "no DataNode request");
+        assert_eq!(r.stats().requests, 1);
+        // Positioned reads use requests of their own and leave the stream alone.
+        let mut pbuf = vec![0u8; 3000];
+        assert_eq!(r.read_at(2 * MIB, &mut pbuf).await.unwrap(), 3000);
+        assert!(pbuf == data[2 * MIB as usize..2 * MIB as usize + 3000]);
+        assert_eq!(r.position(), 451_000);
+        let s = r.stats();
+        assert_eq!((s.requests, s.positioned_requests), (1, 1));
+        r.read_exact(&mut buf).await.unwrap();
+        assert!(buf == data[451_000..452_000], "the stream goes on");
+        assert_eq!(r.stats().requests, 1);
+        // Buffers are released as the reader moves on: what was read is gone.
+        let s = r.stats();
+        assert!(s.buffered <= 512 * KIB && s.bytes_received - s.buffered >= 452_000);
+        // A seek behind the buffer restarts the stream at the new offset.
+        r.seek(SeekFrom::Start(10)).await.unwrap();
+        r.read_exact(&mut buf).await.unwrap();
+        assert!(buf == data[10..1010]);
+        assert_eq!(r.stats().requests, 2);
+        // So does a seek far ahead; the bytes skipped are never fetched.
+        let received = r.stats().bytes_received;
+        r.seek(SeekFrom::Start(3 * MIB)).await.unwrap();
+        r.read_exact(&mut buf).await.unwrap();
+        assert!(buf == data[3 * MIB as usize..3 * MIB as usize + 1000]);
+        let s = r.stats();
+        assert_eq!(s.requests, 3);
+        let fetched = s.bytes_received - received;
+        assert!(
+            fetched <= 3 * MIB / 2,
+            "skipped bytes not fetched: {fetched}"
+        );
+        // At the end nothing is held.
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).await.unwrap();
+        assert!(rest == data[3 * MIB as usize + 1000..]);
+        assert_eq!(r.stats().buffered, 0);
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_and_error_statuses_fail_at_once_with_their_cause() {
+    with_timeout(LIMIT, "edges", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder()
+            .configure_datanodes(|_, c| c.socket_timeout = HumanDuration::secs(60))
+            .configure_client(|c| c.socket_timeout = HumanDuration::secs(60))
+            .start()
+            .await
+            .unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes(100_000, 4);
+        write_all(&fs, "/e/f", &data, wopts(MIB), 1 << 20)
+            .await
+            .unwrap();
+        let lb = fs.get_block_locations("/e/f").await.unwrap().blocks[0].clone();
+        // Offset at or past the block end: ERROR_OUT_OF_RANGE at once, for both ops; the
+        // connection takes the next op.
+        let mut conn = RawConn::connect(&lb.locations[0].data_addr)
+            .await
+            .unwrap()
+            .with_token(lb.token.clone());
+        for offset in [100_000u64, 100_001, u64::MAX] {
+            let started = Instant::now();
+            let read_block = ReadBlockOp {
+                block: lb.block,
+                offset,
+                length: 10,
+                piece_size: 0,
+            };
+            conn.send_op(Op::ReadBlock(read_block)).await.unwrap();
+            let resp = conn.op_response().await.unwrap();
+            assert_eq!(resp.status, Status::ErrorOutOfRange, "{resp:?}");
+            let read_chunk = ReadChunkOp {
+                block: lb.block,
+                offset,
+                length: 10,
+            };
+            conn.send_op(Op::ReadChunk(read_chunk)).await.unwrap();
+            let resp = conn.op_response().await.unwrap();
+            assert_eq!(resp.status, Status::ErrorOutOfRange, "{resp:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no timeout wait"
+            );
+        }
+        // An error status reaches the reader at once with its cause: every replica's block
+        // file is gone, so each DataNode answers ERROR_IO naming the file.
+        for i in 0..3 {
+            for f in cluster.replica_files(i, lb.block.id.0) {
+                std::fs::remove_file(f).unwrap();
+            }
+        }
+        for mode in [ReadMode::Stream, ReadMode::Chunk] {
+            let started = Instant::now();
+            let mut r = fs.open_with("/e/f", opts(mode)).await.unwrap();
+            let mut buf = [0u8; 10];
+            let err = r.read(&mut buf).await.expect_err("no replica readable");
+            match client_error(&err) {
+                ClientError::Datanode {
+                    status, message, ..
+                } => {
+                    assert_eq!(*status, Status::ErrorIo, "{mode:?}");
+                    assert!(message.contains("blk_"), "names the file: {message}");
+                }
+                other => panic!("{mode:?}: {other:?}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no timeout wait"
+            );
+            assert_eq!(r.stats().reported_bad, 0, "an I/O error is not corruption");
+            let err = r.read_at(5, &mut buf).await.expect_err("read_at too");
+            assert!(matches!(err, ClientError::Datanode { .. }), "{err:?}");
+        }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_files_seeks_past_the_end_and_corrupt_replicas_everywhere() {
+    with_timeout(LIMIT, "eof and corruption", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let fs = cluster.client().await.unwrap();
+        write_all(&fs, "/z/empty", &[], wopts(MIB), 1)
+            .await
+            .unwrap();
+        let data = random_bytes(300_000, 5);
+        write_all(&fs, "/z/f", &data, wopts(MIB), 1 << 20)
+            .await
+            .unwrap();
+        for mode in [ReadMode::Stream, ReadMode::Chunk] {
+            let mut r = fs.open_with("/z/empty", opts(mode)).await.unwrap();
+            assert!(r.is_empty());
+            let mut buf = [0u8; 10];
+            assert_eq!(r.read(&mut buf).await.unwrap(), 0, "EOF at once");
+            assert_eq!(r.read_at(0, &mut buf).await.unwrap(), 0);
+            assert_eq!(r.stats().requests, 0, "an empty file asks no DataNode");
+
+            let mut r = fs.open_with("/z/f", opts(mode)).await.unwrap();
+            r.seek(SeekFrom::Start(1234)).await.unwrap();
+            for bad in [
+                SeekFrom::Start(300_001),
+                SeekFrom::End(1),
+                SeekFrom::Current(-2000),
+            ] {
+                let err = r.seek(bad).await.expect_err("outside the file");
+                assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+                assert!(matches!(
+                    client_error(&err),
+                    ClientError::SeekOutOfRange { .. }
+                ));
+                assert_eq!(r.position(), 1234, "position unchanged");
+            }
+            r.read_exact(&mut buf).await.unwrap();
+            assert_eq!(buf, data[1234..1244]);
+            assert_eq!(r.seek(SeekFrom::End(0)).await.unwrap(), 300_000);
+            assert_eq!(r.read(&mut buf).await.unwrap(), 0);
+        }
+        // Every replica corrupt: a checksum error naming the block, the chunk and the
+        // replica; each replica reported, and fsck shows them.
+        let lb = fs.get_block_locations("/z/f").await.unwrap().blocks[0].clone();
+        for i in 0..3 {
+            corrupt_byte(&cluster, i, lb.block.id.0, 200_000);
+        }
+        let mut r = fs.open("/z/f").await.unwrap();
+        r.seek(SeekFrom::Start(199_000)).await.unwrap();
+        let mut buf = vec![0u8; 5000];
+        let err = r.read_exact(&mut buf).await.expect_err("all corrupt");
+        match client_error(&err) {
+            ClientError::Checksum {
+                block,
+                offset,
+                node,
+                ..
+            } => {
+                assert_eq!(*block, lb.block.id);
+                assert_eq!(*offset, 200_000 / 512 * 512, "the chunk holding the byte");
+                assert!(
+                    lb.locations.iter().any(|d| d.to_string() == *node),
+                    "{node}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.stats().reported_bad, 3);
+        let fsck = fs.fsck("/z/f").await.unwrap();
+        assert_eq!(
+            fsck.files[0].blocks[0].corrupt_locations.len(),
+            3,
+            "{fsck:?}"
+        );
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+/// Flips one byte of DataNode `i`'s replica of block `id` on disk.
+fn corrupt_byte(cluster: &MiniCluster, i: usize, id: u64, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let files = cluster.replica_files(i, id);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&files[0])
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    b[0] ^= 0x5a;
+    f.write_all_at(&b, at).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_seeks_reads_and_positioned_reads_match_a_local_copy() {
+    with_timeout(LIMIT, "property", async {
+        sluice_tests::init_logging();
+        let block = 128 * KIB;
+        let cluster = MiniCluster::builder()
+            .configure_client(|c| {
+                c.read_piece_bytes = ByteSize::kib(8);
+                c.read_buffer_bytes = ByteSize::kib(32);
+                c.read_chunk_size = ByteSize::kib(16);
+            })
+            .start()
+            .await
+            .unwrap();
+        let fs = cluster.client().await.unwrap();
+        let len = (3 * block + 4321) as usize;
+        let data = random_bytes(len, 6);
+        write_all(&fs, "/prop/f", &data, wopts(block), 50_000)
+            .await
+            .unwrap();
+        for (mode, seed) in [(ReadMode::Stream, 11u64), (ReadMode::Chunk, 12)] {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut r = fs.open_with("/prop/f", opts(mode)).await.unwrap();
+            for step in 0..250 {
+                random_step(&mut r, &mut rng, &data).await;
+                assert!(r.position() <= len as u64, "{mode:?} step {step}");
+            }
+        }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+/// One random operation on `r`, checked against `data`.
+async fn random_step(r: &mut FileReader, rng: &mut impl Rng, data: &[u8]) {
+    let len = data.len() as u64;
+    let pos = r.position();
+    match rng.random_range(0..6) {
+        0 => {
+            let to = rng.random_range(0..=len);
+            assert_eq!(r.seek(SeekFrom::Start(to)).await.unwrap(), to);
+        }
+        1 => {
+            // A short forward seek, often inside the buffer.
+            let d = rng.random_range(0..40_000u64).min(len - pos);
+            r.seek(SeekFrom::Current(d as i64)).await.unwrap();
+        }
+        2 => {
+            let past = len + rng.random_range(1..1000);
+            assert!(r.seek(SeekFrom::Start(past)).await.is_err());
+            assert_eq!(r.position(), pos, "a failed seek keeps the position");
+        }
+        3 => {
+            let at = rng.random_range(0..=len);
+            let mut buf = vec![0u8; rng.random_range(0..300_000)];
+            let n = r.read_at(at, &mut buf).await.unwrap();
+            let want = (len - at).min(buf.len() as u64) as usize;
+            assert_eq!(n, want, "read_at {at}");
+            assert!(
+                buf[..n] == data[at as usize..at as usize + n],
+                "read_at {at}+{n}"
+            );
+            assert_eq!(r.position(), pos, "read_at leaves the position");
+        }
+        _ => {
+            let mut buf = vec![0u8; rng.random_range(1..200_000)];
+            let want = (len - pos).min(buf.len() as u64) as usize;
+            let mut got = 0;
+            while got < want {
+                let n = r.read(&mut buf[got..]).await.unwrap();
+                assert!(n > 0, "early EOF at {}", pos + got as u64);
+                got += n;
+            }
+            assert!(
+                buf[..got] == data[pos as usize..pos as usize + got],
+                "read at {pos}"
+            );
+            assert_eq!(r.position(), pos + got as u64);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_serving_datanode_mid_read_fails_over_with_exact_bytes() {
+    with_timeout(LIMIT, "kill failover", async {
+        sluice_tests::init_logging();
+        let mut cluster = MiniCluster::builder()
+            .configure_client(|c| {
+                c.read_buffer_bytes = ByteSize::kib(256);
+                c.read_piece_bytes = ByteSize::kib(64);
+            })
+            .start()
+            .await
+            .unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((40 * MIB) as usize, 7);
+        write_all(&fs, "/k/f", &data, wopts(64 * MIB), 1 << 20)
+            .await
+            .unwrap();
+        for mode in [ReadMode::Stream, ReadMode::Chunk] {
+            let mut r = fs.open_with("/k/f", opts(mode)).await.unwrap();
+            let mut got = vec![0u8; 64 * KIB as usize];
+            r.read_exact(&mut got).await.unwrap();
+            let serving = r.stats().datanode.unwrap();
+            let i = cluster.datanode_index_by_addr(&serving.data_addr).unwrap();
+            cluster.kill_datanode(i);
+            let mut rest = Vec::new();
+            r.read_to_end(&mut rest).await.unwrap();
+            got.extend_from_slice(&rest);
+            assert!(got == data, "{mode:?}: exact bytes after the kill");
+            let s = r.stats();
+            assert_eq!(s.excluded, vec![serving.node_id.clone()], "{mode:?}: {s:?}");
+            assert_ne!(s.datanode.as_ref().unwrap().node_id, serving.node_id);
+            assert_eq!(s.reported_bad, 0, "a dead node is not corruption");
+            cluster.start_datanode(i).await.unwrap();
+            cluster.wait_live(3).await.unwrap();
+        }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_replica_on_disk_is_read_around_reported_and_marked_corrupt() {
+    with_timeout(LIMIT, "corrupt failover", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((2 * MIB + 5) as usize, 8);
+        for (n, mode) in [ReadMode::Stream, ReadMode::Chunk].into_iter().enumerate() {
+            let path = format!("/c/f{n}");
+            write_all(&fs, &path, &data, wopts(4 * MIB), 1 << 20)
+                .await
+                .unwrap();
+            let mut r = fs.open_with(&path, opts(mode)).await.unwrap();
+            // The replica the reader tries first is the corrupt one.
+            let lb = r.blocks()[0].clone();
+            let first = &lb.locations[0];
+            let i = cluster.datanode_index_by_addr(&first.data_addr).unwrap();
+            corrupt_byte(&cluster, i, lb.block.id.0, MIB + 17);
+            assert!(read_to_end(&mut r).await == data, "{mode:?}: exact bytes");
+            let s = r.stats();
+            assert_eq!(s.reported_bad, 1, "{mode:?}");
+            assert_eq!(s.excluded, vec![first.node_id.clone()]);
+            let fsck = fs.fsck(&path).await.unwrap();
+            let b = &fsck.files[0].blocks[0];
+            let corrupt: Vec<_> = b.corrupt_locations.iter().map(|d| &d.node_id).collect();
+            assert_eq!(corrupt, vec![&first.node_id], "{fsck:?}");
+            assert_eq!(fsck.health, Health::Corrupt);
+        }
+        cluster.shutdown().await;
+    })
+    .await
+}
+
+/// A frame-level check that the pieces of a stream are aligned to checksum chunks and carry
+/// at most the piece size asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_pieces_are_chunk_aligned_and_sized_as_asked() {
+    with_timeout(LIMIT, "pieces", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes(200_000, 9);
+        write_all(&fs, "/a/f", &data, wopts(MIB), 1 << 20)
+            .await
+            .unwrap();
+        let lb = fs.get_block_locations("/a/f").await.unwrap().blocks[0].clone();
+        let mut conn = RawConn::connect(&lb.locations[0].data_addr)
+            .await
+            .unwrap()
+            .with_token(lb.token.clone());
+        let op = ReadBlockOp {
+            block: lb.block,
+            offset: 1000,
+            length: 150_000,
+            piece_size: 40_000,
+        };
+        conn.send_op(Op::ReadBlock(op)).await.unwrap();
+        assert_eq!(conn.op_response().await.unwrap().status, Status::Success);
+        let mut at = 512u64; // 1000 rounded down to a chunk
+        loop {
+            match conn.next().await.unwrap().unwrap().header {
+                Message::Chunk(h) => {
+                    assert_eq!(h.offset, at);
+                    assert!(h.data_len <= 40_000 && h.offset.is_multiple_of(512));
+                    at += u64::from(h.data_len);
+                }
+                Message::ReadEnd(e) => {
+                    assert_eq!(e.status, Status::Success);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(at, 151_000, "up to offset + length");
+        cluster.shutdown().await;
+    })
+    .await
+}
