@@ -1,21 +1,20 @@
-//! [`FileSystem`]: the client's entry point. It holds the tarpc connection to the metadata
-//! service (reconnected when it breaks), the configuration, the client name that holds write
-//! leases, and the lease renewer. It is cheap to clone.
+//! [`FileSystem`]: the client's entry point. It holds the configuration, the
+//! [`MetadataClient`] (the connection to the metadata service and the client name that holds
+//! write leases) and the lease renewer, and hands writers and readers what they need of them.
+//! It is cheap to clone.
 
-use crate::error::{rpc_result, ClientError};
+use crate::error::ClientError;
 use crate::lease::{LeaseRenewer, DEFAULT_RENEW_INTERVAL};
+use crate::meta::MetadataClient;
 use crate::read::{FileReader, ReadOptions};
-use crate::write::{FileWriter, WriteOptions};
+use crate::write::{FileWriter, WriteOptions, WriterDeps};
 use sluice_common::config::ClientConfig;
 use sluice_common::rpc::{
-    self, ClientProtocolClient, ClusterReport, CreateOptions, FileStatus, FsckReport, LocatedBlock,
-    LocatedBlocks,
+    ClusterReport, CreateOptions, FileStatus, FsckReport, LocatedBlock, LocatedBlocks,
 };
-use sluice_common::{ExtendedBlock, MetaError};
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use sluice_common::ExtendedBlock;
+use std::sync::Arc;
 use std::time::Duration;
-use tarpc::client::RpcError;
 use tracing::{debug, info, warn};
 
 /// Options of [`FileSystem::connect_with`] beyond the configuration file.
@@ -36,26 +35,12 @@ impl Default for ConnectOptions {
 /// A connection to a Sluice cluster: namespace operations, file writers and readers.
 #[derive(Clone, Debug)]
 pub struct FileSystem {
-    pub(crate) inner: Arc<FsInner>,
-}
-
-/// What every clone of a [`FileSystem`] shares.
-#[derive(Debug)]
-pub(crate) struct FsInner {
     /// The configuration (validated).
-    pub cfg: ClientConfig,
-    /// `sluice-client-<pid>-<random>`: the lease holder of this client's writers.
-    pub client_name: String,
+    cfg: Arc<ClientConfig>,
+    /// The metadata service, and the client name holding this client's write leases.
+    meta: Arc<MetadataClient>,
     /// Renews the leases while writers are open.
-    pub leases: Arc<LeaseRenewer>,
-    rpc: Mutex<RpcSlot>,
-    reconnect: tokio::sync::Mutex<()>,
-}
-
-#[derive(Debug)]
-struct RpcSlot {
-    generation: u64,
-    client: ClientProtocolClient,
+    leases: Arc<LeaseRenewer>,
 }
 
 impl FileSystem {
@@ -76,42 +61,40 @@ impl FileSystem {
                 reason: "must be positive".into(),
             });
         }
-        let client = dial(&cfg).await?;
         let client_name = format!(
             "sluice-client-{}-{:08x}",
             std::process::id(),
             rand::random::<u32>()
         );
-        info!(client = %client_name, metadata = %cfg.metadata_address, "connected");
+        let addr = cfg.metadata_address.clone();
+        let meta =
+            Arc::new(MetadataClient::connect(addr, cfg.rpc_timeout.get(), client_name).await?);
+        info!(client = %meta.client_name(), metadata = %cfg.metadata_address, "connected");
         Ok(FileSystem {
-            inner: Arc::new(FsInner {
-                cfg,
-                client_name,
-                leases: Arc::new(LeaseRenewer::new(opts.lease_renew_interval)),
-                rpc: Mutex::new(RpcSlot {
-                    generation: 0,
-                    client,
-                }),
-                reconnect: tokio::sync::Mutex::new(()),
-            }),
+            cfg: Arc::new(cfg),
+            leases: Arc::new(LeaseRenewer::new(
+                Arc::clone(&meta),
+                opts.lease_renew_interval,
+            )),
+            meta,
         })
     }
 
     /// The client name (`sluice-client-<pid>-<random>`), holder of this client's write leases.
     pub fn client_name(&self) -> &str {
-        &self.inner.client_name
+        self.meta.client_name()
     }
 
     /// The configuration in use.
     pub fn config(&self) -> &ClientConfig {
-        &self.inner.cfg
+        &self.cfg
     }
 
     /// Creates a file and opens it for writing.
     pub async fn create(&self, path: &str, opts: WriteOptions) -> Result<FileWriter, ClientError> {
-        let cfg = &self.inner.cfg;
+        let cfg = &self.cfg;
         let create = CreateOptions {
-            client_name: self.inner.client_name.clone(),
+            client_name: self.meta.client_name().to_string(),
             overwrite: opts.overwrite,
             create_parent: opts.create_parent,
             replication: opts.replication.unwrap_or(cfg.replication),
@@ -128,16 +111,9 @@ impl FileSystem {
                 });
             }
         }
-        let p = path.to_string();
-        let status = self
-            .inner
-            .call("create", false, |c, ctx| {
-                let (p, o) = (p.clone(), create.clone());
-                async move { c.create(ctx, p, o).await }
-            })
-            .await?;
+        let status = self.meta.create(path, &create).await?;
         debug!(path, block_size = status.block_size, "created");
-        FileWriter::start(Arc::clone(&self.inner), status)
+        FileWriter::start(self.writer_deps(), status)
     }
 
     /// Reopens a closed file for appending (HDFS `append`): the writer continues after the
@@ -147,15 +123,7 @@ impl FileSystem {
     /// whole chunk. A full last block (or an empty file) makes the first byte start a new
     /// block. Fails with a lease conflict while another writer holds the file open.
     pub async fn append(&self, path: &str) -> Result<FileWriter, ClientError> {
-        let p = path.to_string();
-        let client = self.inner.client_name.clone();
-        let append = self
-            .inner
-            .call("append", false, |c, ctx| {
-                let (p, client) = (p.clone(), client.clone());
-                async move { c.append(ctx, p, client).await }
-            })
-            .await?;
+        let append = self.meta.append(path).await?;
         let tail = match &append.last_block {
             Some(lb) => match self.partial_chunk(path, lb).await {
                 Ok(t) => t,
@@ -173,7 +141,7 @@ impl FileSystem {
             "reopened for append"
         );
         let last = append.last_block.as_ref().map(|lb| lb.block);
-        match FileWriter::start_append(Arc::clone(&self.inner), append, tail).await {
+        match FileWriter::start_append(self.writer_deps(), append, tail).await {
             Ok(w) => Ok(w),
             Err(e) => {
                 if let Some(b) = last {
@@ -187,7 +155,7 @@ impl FileSystem {
     /// The last partial checksum chunk of the block `lb` (empty when it ends on a chunk
     /// boundary), read from its replicas.
     async fn partial_chunk(&self, path: &str, lb: &LocatedBlock) -> Result<Vec<u8>, ClientError> {
-        let bpc = u64::from(self.inner.cfg.bytes_per_checksum);
+        let bpc = u64::from(self.cfg.bytes_per_checksum);
         let len = (lb.block.num_bytes % bpc) as usize;
         if len == 0 {
             return Ok(Vec::new());
@@ -216,15 +184,7 @@ impl FileSystem {
     /// Closes a file reopened for append whose writer could not start, its last block as it
     /// was (best effort: otherwise the file waits for lease recovery).
     async fn close_unchanged(&self, path: &str, last: ExtendedBlock) {
-        let (p, client) = (path.to_string(), self.inner.client_name.clone());
-        let r = self
-            .inner
-            .call("complete", true, |c, ctx| {
-                let (p, client) = (p.clone(), client.clone());
-                async move { c.complete(ctx, p, client, Some(last)).await }
-            })
-            .await;
-        if let Err(e) = r {
+        if let Err(e) = self.meta.complete(path, Some(last)).await {
             warn!(path, error = %e, "closing the file after a failed append");
         }
     }
@@ -240,78 +200,42 @@ impl FileSystem {
         path: &str,
         opts: ReadOptions,
     ) -> Result<FileReader, ClientError> {
-        FileReader::open(Arc::clone(&self.inner), path, opts).await
+        FileReader::open(Arc::clone(&self.meta), &self.cfg, path, opts).await
     }
 
     /// One entry.
     pub async fn stat(&self, path: &str) -> Result<FileStatus, ClientError> {
-        let p = path.to_string();
-        self.inner
-            .call("stat", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.stat(ctx, p).await }
-            })
-            .await
+        self.meta.stat(path).await
     }
 
     /// The entries of a directory (or the file itself), sorted by name.
     pub async fn list(&self, path: &str) -> Result<Vec<FileStatus>, ClientError> {
-        let p = path.to_string();
-        self.inner
-            .call("list", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.list(ctx, p).await }
-            })
-            .await
+        self.meta.list(path).await
     }
 
     /// Creates a directory (with `parents`, also its missing ancestors).
     pub async fn mkdirs(&self, path: &str, parents: bool) -> Result<(), ClientError> {
-        let p = path.to_string();
-        self.inner
-            .call("mkdirs", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.mkdirs(ctx, p, parents).await }
-            })
-            .await
+        self.meta.mkdirs(path, parents).await
     }
 
     /// Deletes a file or directory; `Ok(false)` if nothing was there.
     pub async fn delete(&self, path: &str, recursive: bool) -> Result<bool, ClientError> {
-        let p = path.to_string();
-        self.inner
-            .call("delete", false, |c, ctx| {
-                let p = p.clone();
-                async move { c.delete(ctx, p, recursive).await }
-            })
-            .await
+        self.meta.delete(path, recursive).await
     }
 
     /// Renames a file or directory.
     pub async fn rename(&self, src: &str, dst: &str) -> Result<(), ClientError> {
-        let (s, d) = (src.to_string(), dst.to_string());
-        self.inner
-            .call("rename", false, |c, ctx| {
-                let (s, d) = (s.clone(), d.clone());
-                async move { c.rename(ctx, s, d).await }
-            })
-            .await
+        self.meta.rename(src, dst).await
     }
 
     /// Every block of a file with its locations.
     pub async fn get_block_locations(&self, path: &str) -> Result<LocatedBlocks, ClientError> {
-        self.inner.block_locations(path).await
+        self.meta.get_block_locations(path, 0, u64::MAX).await
     }
 
     /// Block-level health of every file at or under `path`.
     pub async fn fsck(&self, path: &str) -> Result<FsckReport, ClientError> {
-        let p = path.to_string();
-        self.inner
-            .call("fsck", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.fsck(ctx, p).await }
-            })
-            .await
+        self.meta.fsck(path).await
     }
 
     /// Recovers the lease of a file whose writer may have disappeared (HDFS
@@ -319,121 +243,26 @@ impl FileSystem {
     /// block and closes it, whoever holds the lease. Returns true once the file is closed (at
     /// once if it was not open); false while recovery runs — call again after a moment.
     pub async fn recover_lease(&self, path: &str) -> Result<bool, ClientError> {
-        let p = path.to_string();
-        let client = self.inner.client_name.clone();
-        self.inner
-            .call("recover_lease", true, |c, ctx| {
-                let (p, client) = (p.clone(), client.clone());
-                async move { c.recover_lease(ctx, p, client).await }
-            })
-            .await
+        self.meta.recover_lease(path).await
     }
 
     /// Sets a file's replication factor; the metadata service then brings every block of the
     /// file to it (watch with [`FileSystem::fsck`]).
     pub async fn set_replication(&self, path: &str, replication: u16) -> Result<(), ClientError> {
-        let p = path.to_string();
-        self.inner
-            .call("set_replication", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.set_replication(ctx, p, replication).await }
-            })
-            .await
+        self.meta.set_replication(path, replication).await
     }
 
     /// The DataNodes and block totals.
     pub async fn cluster_report(&self) -> Result<ClusterReport, ClientError> {
-        self.inner
-            .call("cluster_report", true, |c, ctx| async move {
-                c.cluster_report(ctx).await
-            })
-            .await
+        self.meta.cluster_report().await
     }
-}
 
-async fn dial(cfg: &ClientConfig) -> Result<ClientProtocolClient, ClientError> {
-    let addr = cfg.metadata_address.clone();
-    let timeout = cfg.rpc_timeout.get();
-    match tokio::time::timeout(timeout, rpc::connect_client_protocol(addr.as_str())).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(ClientError::Connect {
-            addr,
-            source: Arc::new(e),
-        }),
-        Err(_) => Err(ClientError::Connect {
-            addr,
-            source: Arc::new(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no connection within {timeout:?}"),
-            )),
-        }),
-    }
-}
-
-impl FsInner {
-    /// Calls the metadata service with the configured deadline (enforced here too, see
-    /// [`rpc::bounded`]). When the connection is found broken or the call times out, the
-    /// connection is re-established; the call is then retried once if it is `idempotent` (a
-    /// non-idempotent call may have been executed before the connection broke).
-    pub(crate) async fn call<T, F, Fut>(
-        &self,
-        name: &'static str,
-        idempotent: bool,
-        f: F,
-    ) -> Result<T, ClientError>
-    where
-        F: Fn(ClientProtocolClient, tarpc::context::Context) -> Fut,
-        Fut: Future<Output = Result<Result<T, MetaError>, RpcError>>,
-    {
-        let timeout = self.cfg.rpc_timeout.get();
-        let (generation, client) = self.current();
-        let ctx = rpc::context_with_timeout(timeout);
-        let r = rpc::bounded(timeout, f(client, ctx)).await;
-        // A connection that broke, or a call past its deadline (the channel may be wedged: a
-        // restart behind a port proxy), gets a new connection.
-        if !matches!(
-            r,
-            Err(RpcError::Shutdown) | Err(RpcError::Channel(_)) | Err(RpcError::DeadlineExceeded)
-        ) {
-            return rpc_result(name, r);
+    /// What a new writer needs: the metadata client, the configuration, and a lease guard.
+    fn writer_deps(&self) -> WriterDeps {
+        WriterDeps {
+            meta: Arc::clone(&self.meta),
+            cfg: Arc::clone(&self.cfg),
+            lease: self.leases.acquire(),
         }
-        debug!(call = name, "metadata connection broken; reconnecting");
-        let client = match self.reconnect(generation).await {
-            Ok(c) => c,
-            Err(_) => return rpc_result(name, r),
-        };
-        if !idempotent {
-            return rpc_result(name, r);
-        }
-        let ctx = rpc::context_with_timeout(timeout);
-        rpc_result(name, rpc::bounded(timeout, f(client, ctx)).await)
-    }
-
-    fn current(&self) -> (u64, ClientProtocolClient) {
-        let slot = self.rpc.lock().unwrap_or_else(|p| p.into_inner());
-        (slot.generation, slot.client.clone())
-    }
-
-    async fn reconnect(&self, seen: u64) -> Result<ClientProtocolClient, ClientError> {
-        let _one = self.reconnect.lock().await;
-        let (generation, client) = self.current();
-        if generation != seen {
-            return Ok(client); // someone else reconnected meanwhile
-        }
-        let fresh = dial(&self.cfg).await?;
-        let mut slot = self.rpc.lock().unwrap_or_else(|p| p.into_inner());
-        slot.generation += 1;
-        slot.client = fresh.clone();
-        Ok(fresh)
-    }
-
-    /// Every block of a file.
-    pub(crate) async fn block_locations(&self, path: &str) -> Result<LocatedBlocks, ClientError> {
-        let p = path.to_string();
-        self.call("get_block_locations", true, |c, ctx| {
-            let p = p.clone();
-            async move { c.get_block_locations(ctx, p, 0, u64::MAX).await }
-        })
-        .await
     }
 }

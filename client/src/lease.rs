@@ -1,10 +1,12 @@
 //! The lease renewer: one per [`crate::FileSystem`]. While any writer of that file system is
 //! open, a task calls `renew_lease(client_name)` every interval (10 s by default, well inside
 //! the metadata service's soft limit), as HDFS's `LeaseRenewer` does. The task starts with the
-//! first open writer and stops when the last one closes or is dropped.
+//! first open writer and stops when the last one closes or is dropped. It calls the metadata
+//! service through the [`MetadataClient`] it was given, and knows nothing of writers beyond
+//! their guards.
 
-use crate::filesystem::FsInner;
-use std::sync::{Arc, Mutex, Weak};
+use crate::meta::MetadataClient;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, warn};
@@ -15,6 +17,7 @@ pub(crate) const DEFAULT_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 /// Counts open writers and runs the renewal task while there are any.
 #[derive(Debug)]
 pub(crate) struct LeaseRenewer {
+    meta: Arc<MetadataClient>,
     interval: Duration,
     state: Mutex<RenewerState>,
 }
@@ -26,22 +29,24 @@ struct RenewerState {
 }
 
 impl LeaseRenewer {
-    /// A renewer renewing every `interval`.
-    pub(crate) fn new(interval: Duration) -> LeaseRenewer {
+    /// A renewer renewing the leases of `meta`'s client name every `interval`.
+    pub(crate) fn new(meta: Arc<MetadataClient>, interval: Duration) -> LeaseRenewer {
         LeaseRenewer {
+            meta,
             interval,
             state: Mutex::new(RenewerState::default()),
         }
     }
 
     /// Registers an open writer; the renewal task runs while any guard is alive.
-    pub(crate) fn acquire(self: &Arc<Self>, fs: Weak<FsInner>) -> LeaseGuard {
+    pub(crate) fn acquire(self: &Arc<Self>) -> LeaseGuard {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         st.writers += 1;
         if st.task.is_none() {
-            let interval = self.interval;
+            let meta = Arc::clone(&self.meta);
             st.task = Some(AbortOnDropHandle::new(tokio::spawn(renew_loop(
-                fs, interval,
+                meta,
+                self.interval,
             ))));
         }
         LeaseGuard {
@@ -79,23 +84,16 @@ impl Drop for LeaseGuard {
     }
 }
 
-async fn renew_loop(fs: Weak<FsInner>, interval: Duration) {
+/// Renews every `interval` until aborted (when the last guard goes).
+async fn renew_loop(meta: Arc<MetadataClient>, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick is immediate: the lease was just taken
     loop {
         ticker.tick().await;
-        let Some(fs) = fs.upgrade() else { return };
-        let client = fs.client_name.clone();
-        let r = fs
-            .call("renew_lease", true, |c, ctx| {
-                let client = client.clone();
-                async move { c.renew_lease(ctx, client).await }
-            })
-            .await;
-        match r {
-            Ok(()) => debug!(client = %fs.client_name, "lease renewed"),
-            Err(e) => warn!(client = %fs.client_name, error = %e, "lease renewal failed"),
+        match meta.renew_lease().await {
+            Ok(()) => debug!(client = %meta.client_name(), "lease renewed"),
+            Err(e) => warn!(client = %meta.client_name(), error = %e, "lease renewal failed"),
         }
     }
 }

@@ -5,6 +5,8 @@
 //! - [`read`]: [`FileReader`] (stream mode, chunk mode, positioned reads, failover).
 //! - [`checksum`]: file checksums ([`FileChecksum`], COMPOSITE-CRC32C).
 //! - [`error`]: the error type, [`ClientError`].
+//! - `meta`: the connection to the metadata service, one typed method per RPC (a leaf that
+//!   `filesystem`, `write`, `read` and `lease` use).
 //! - `connection`: framed data-transfer connections to DataNodes.
 //! - `lease`: the lease renewer.
 //!
@@ -16,6 +18,7 @@ mod connection;
 pub(crate) mod error;
 pub(crate) mod filesystem;
 mod lease;
+mod meta;
 pub(crate) mod read;
 pub(crate) mod write;
 
@@ -28,6 +31,9 @@ pub use sluice_common::rpc::{
     ClusterReport, FileKind, FileStatus, FsckReport, Health, LocatedBlock, LocatedBlocks,
 };
 pub use write::{FileWriter, WriteOptions};
+
+#[cfg(test)]
+mod module_graph;
 
 #[cfg(test)]
 mod tests {

@@ -299,14 +299,7 @@ pub(crate) async fn report_bad(
         reason: e.to_string(),
     }];
     ctx.counters.reported_bad();
-    let r = ctx
-        .fs
-        .call("report_bad_blocks", true, |c, cx| {
-            let bad = bad.clone();
-            async move { c.report_bad_blocks(cx, bad).await }
-        })
-        .await;
-    if let Err(err) = r {
+    if let Err(err) = ctx.meta.report_bad_blocks(&bad).await {
         warn!(block = %lb.block.id, node = %node, error = %err, "report_bad_blocks failed");
     }
 }

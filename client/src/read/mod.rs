@@ -19,9 +19,9 @@ mod stream;
 
 use crate::connection::DnSettings;
 use crate::error::ClientError;
-use crate::filesystem::FsInner;
+use crate::meta::MetadataClient;
 use cursor::Cursor;
-use sluice_common::config::ReadMode;
+use sluice_common::config::{ClientConfig, ReadMode};
 use sluice_common::rpc::{FileKind, LocatedBlock};
 use sluice_common::token::BlockToken;
 use sluice_common::{MetaError, Status};
@@ -49,7 +49,8 @@ pub struct ReadOptions {
 
 /// What every part of one open reader shares.
 pub(crate) struct ReadCtx {
-    pub fs: Arc<FsInner>,
+    /// Token refreshes and bad-replica reports.
+    pub meta: Arc<MetadataClient>,
     pub path: String,
     /// Blocks in order; `block.num_bytes` is the readable length.
     pub blocks: Vec<LocatedBlock>,
@@ -94,13 +95,9 @@ impl ReadCtx {
         &self,
         lb: &LocatedBlock,
     ) -> Result<Option<BlockToken>, ClientError> {
-        let (p, offset) = (self.path.clone(), lb.offset);
         let located = self
-            .fs
-            .call("get_block_locations", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.get_block_locations(ctx, p, offset, 1).await }
-            })
+            .meta
+            .get_block_locations(&self.path, lb.offset, 1)
             .await?;
         match located
             .blocks
@@ -153,24 +150,18 @@ impl FileReader {
     /// Opens `path`: its status, its blocks, and (under construction) the last block's
     /// visible length from the DataNodes.
     pub(crate) async fn open(
-        fs: Arc<FsInner>,
+        meta: Arc<MetadataClient>,
+        cfg: &ClientConfig,
         path: &str,
         opts: ReadOptions,
     ) -> Result<FileReader, ClientError> {
-        let p = path.to_string();
-        let status = fs
-            .call("stat", true, |c, ctx| {
-                let p = p.clone();
-                async move { c.stat(ctx, p).await }
-            })
-            .await?;
+        let status = meta.stat(path).await?;
         if status.kind == FileKind::Directory {
             return Err(ClientError::Meta(MetaError::IsADirectory {
                 path: path.to_string(),
             }));
         }
-        let located = fs.block_locations(path).await?;
-        let cfg = &fs.cfg;
+        let located = meta.get_block_locations(path, 0, u64::MAX).await?;
         let params = StreamParams {
             settings: DnSettings {
                 timeout: cfg.socket_timeout.get(),
@@ -197,7 +188,7 @@ impl FileReader {
             params,
             chunk_size: cfg.read_chunk_size.bytes(),
             counters: Arc::default(),
-            fs,
+            meta,
         });
         Ok(FileReader {
             cursor: Some(Cursor::new(Arc::clone(&ctx))),

@@ -24,9 +24,10 @@ mod shared;
 mod streamer;
 
 use crate::error::ClientError;
-use crate::filesystem::FsInner;
 use crate::lease::LeaseGuard;
+use crate::meta::MetadataClient;
 use packet::Packetizer;
+use sluice_common::config::ClientConfig;
 use sluice_common::rpc::{AppendResponse, FileStatus};
 use sluice_common::DatanodeId;
 use std::future::Future;
@@ -55,6 +56,17 @@ pub struct WriteOptions {
     pub block_size: Option<u64>,
 }
 
+/// What a writer is started with: the metadata service, the configuration, and the guard that
+/// keeps its lease renewed while it is open.
+pub(crate) struct WriterDeps {
+    /// Metadata RPCs and the client name.
+    pub meta: Arc<MetadataClient>,
+    /// The client configuration.
+    pub cfg: Arc<ClientConfig>,
+    /// Counts this writer with the lease renewer.
+    pub lease: LeaseGuard,
+}
+
 type OpFuture = Pin<Box<dyn Future<Output = Result<(), ClientError>> + Send>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +79,7 @@ enum OpKind {
 /// `poll_shutdown` is [`FileWriter::close`]. Dropping a writer without closing it stops its
 /// streamer; the file stays under construction until its lease expires.
 pub struct FileWriter {
-    fs: Arc<FsInner>,
+    meta: Arc<MetadataClient>,
     path: String,
     packetizer: Packetizer,
     tx: mpsc::UnboundedSender<Command>,
@@ -96,15 +108,15 @@ impl std::fmt::Debug for FileWriter {
 
 impl FileWriter {
     /// Starts the streamer of a file just created.
-    pub(crate) fn start(fs: Arc<FsInner>, status: FileStatus) -> Result<FileWriter, ClientError> {
+    pub(crate) fn start(deps: WriterDeps, status: FileStatus) -> Result<FileWriter, ClientError> {
         check_block_size(&status, "create")?;
-        let cfg = &fs.cfg;
+        let cfg = &deps.cfg;
         let packetizer = Packetizer::new(
             cfg.bytes_per_checksum,
             cfg.write_packet_size.as_usize(),
             status.block_size,
         );
-        Ok(Self::start_with(fs, status, packetizer, |s| s))
+        Ok(Self::start_with(deps, status, packetizer, |s| s))
     }
 
     /// Starts the writer of a file the metadata service reopened for appending (`append`):
@@ -112,18 +124,25 @@ impl FileWriter {
     /// last partial chunk, re-sent with the first bytes so that its checksum is rewritten);
     /// otherwise the first byte starts a new block after `append.previous`.
     pub(crate) async fn start_append(
-        fs: Arc<FsInner>,
+        deps: WriterDeps,
         append: AppendResponse,
         tail: Vec<u8>,
     ) -> Result<FileWriter, ClientError> {
         let status = append.status;
         check_block_size(&status, "append")?;
-        let cfg = &fs.cfg;
+        let cfg = &deps.cfg;
         let (bpc, packet_size) = (cfg.bytes_per_checksum, cfg.write_packet_size.as_usize());
         let file_len = status.length;
         let (pipeline, packetizer) = match &append.last_block {
             Some(lb) => {
-                let p = Streamer::setup_append(&fs, &status.path, lb, status.replication).await?;
+                let p = Streamer::setup_append(
+                    &deps.meta,
+                    &deps.cfg,
+                    &status.path,
+                    lb,
+                    status.replication,
+                )
+                .await?;
                 let packetizer = Packetizer::resume(
                     bpc,
                     packet_size,
@@ -136,18 +155,18 @@ impl FileWriter {
             None => (None, Packetizer::new(bpc, packet_size, status.block_size)),
         };
         let previous = append.previous;
-        Ok(Self::start_with(fs, status, packetizer, move |s| {
+        Ok(Self::start_with(deps, status, packetizer, move |s| {
             s.resume(pipeline, previous, file_len)
         }))
     }
 
     fn start_with(
-        fs: Arc<FsInner>,
+        deps: WriterDeps,
         status: FileStatus,
         packetizer: Packetizer,
         prepare: impl FnOnce(Streamer) -> Streamer,
     ) -> FileWriter {
-        let cfg = &fs.cfg;
+        let WriterDeps { meta, cfg, lease } = deps;
         let path = status.path.clone();
         let shared = Arc::new(WriterShared::new(
             &path,
@@ -158,17 +177,17 @@ impl FileWriter {
             replication: status.replication,
         };
         let streamer = prepare(Streamer::new(
-            Arc::clone(&fs),
+            Arc::clone(&meta),
+            cfg,
             path.clone(),
             params,
             rx,
             Arc::clone(&shared),
         ));
         let task = AbortOnDropHandle::new(tokio::spawn(streamer.run()));
-        let lease = fs.leases.acquire(Arc::downgrade(&fs));
         FileWriter {
             window: PollSemaphore::new(Arc::clone(&shared.window)),
-            fs,
+            meta,
             path,
             packetizer,
             tx,
@@ -280,7 +299,7 @@ impl FileWriter {
         };
         let tx = self.tx.clone();
         let shared = Arc::clone(&self.shared);
-        let fs = Arc::clone(&self.fs);
+        let meta = Arc::clone(&self.meta);
         let path = self.path.clone();
         Box::pin(async move {
             if let Some(e) = shared.error() {
@@ -313,7 +332,7 @@ impl FileWriter {
                         .map_err(|_| shared.error_or_closed())?;
                     let point = rx.await.map_err(|_| shared.error_or_closed())??;
                     if sync {
-                        record_length(&fs, &path, point).await?;
+                        record_length(&meta, &path, point).await?;
                     }
                     Ok(())
                 }
@@ -390,16 +409,15 @@ fn check_block_size(status: &FileStatus, call: &str) -> Result<(), ClientError> 
 }
 
 /// After an hsync: tells the metadata service the last block's length.
-async fn record_length(fs: &FsInner, path: &str, point: FlushPoint) -> Result<(), ClientError> {
+async fn record_length(
+    meta: &MetadataClient,
+    path: &str,
+    point: FlushPoint,
+) -> Result<(), ClientError> {
     let Some(len) = point.last_block_len else {
         return Ok(()); // no block yet: the file is empty
     };
-    let (path, client) = (path.to_string(), fs.client_name.clone());
-    fs.call("fsync", true, |c, ctx| {
-        let (path, client) = (path.clone(), client.clone());
-        async move { c.fsync(ctx, path, client, len).await }
-    })
-    .await
+    meta.fsync(path, len).await
 }
 
 impl AsyncWrite for FileWriter {

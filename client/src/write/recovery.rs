@@ -29,7 +29,7 @@ use super::pipeline::{Pipeline, Setup};
 use super::replace::ReplaceRule;
 use crate::connection::{DnConnection, DnSettings};
 use crate::error::{ClientError, CopyFailure, PipelineFailure, ReplaceFailure};
-use crate::filesystem::FsInner;
+use crate::meta::MetadataClient;
 use sluice_common::proto::{BlockStage, Op, TransferBlockOp};
 use sluice_common::rpc::{AdditionalDatanodes, LocatedBlock};
 use sluice_common::token::BlockToken;
@@ -68,11 +68,13 @@ pub(crate) enum Recovered {
 /// The context of one recovery run.
 pub(crate) struct Recovery<'a> {
     /// Metadata RPCs and the client name.
-    pub fs: &'a FsInner,
+    pub meta: &'a MetadataClient,
     /// The file.
     pub path: &'a str,
     /// DataNode socket settings.
     pub settings: DnSettings,
+    /// Bytes per checksum chunk (`bytes.per.checksum`).
+    pub bpc: u32,
     /// When to replace a failed DataNode.
     pub rule: ReplaceRule,
     /// The file's replication factor.
@@ -111,8 +113,8 @@ impl Recovery<'_> {
                 block,
                 stage,
                 latest_gen_stamp: new_gs,
-                client_name: &self.fs.client_name,
-                bpc: self.fs.cfg.bytes_per_checksum,
+                client_name: self.meta.client_name(),
+                bpc: self.bpc,
                 token: token.as_ref(),
             };
             let outcome = if closing {
@@ -164,8 +166,8 @@ impl Recovery<'_> {
                 block,
                 stage: BlockStage::Append,
                 latest_gen_stamp: new_gs,
-                client_name: &self.fs.client_name,
-                bpc: self.fs.cfg.bytes_per_checksum,
+                client_name: self.meta.client_name(),
+                bpc: self.bpc,
                 token: token.as_ref(),
             };
             match Pipeline::open(&setup, self.settings).await {
@@ -294,18 +296,13 @@ impl Recovery<'_> {
     ) -> Result<LocatedBlock, ClientError> {
         let req = AdditionalDatanodes {
             path: self.path.to_string(),
-            client: self.fs.client_name.clone(),
+            client: self.meta.client_name().to_string(),
             block,
             existing: nodes.iter().map(|d| d.node_id.clone()).collect(),
             exclude: exclude.to_vec(),
             count: 1,
         };
-        self.fs
-            .call("get_additional_datanodes", true, |c, ctx| {
-                let req = req.clone();
-                async move { c.get_additional_datanodes(ctx, req).await }
-            })
-            .await
+        self.meta.get_additional_datanodes(&req).await
     }
 
     /// Has `src` copy `block.num_bytes` bytes of its replica to `target` (`TransferRbw`).
@@ -326,7 +323,7 @@ impl Recovery<'_> {
             block,
             targets: vec![target.clone()],
             stage: BlockStage::TransferRbw,
-            client_name: self.fs.client_name.clone(),
+            client_name: self.meta.client_name().to_string(),
         };
         conn.send_op(Op::TransferBlock(op), token).await?;
         conn.recv_op_response(block.id).await?;
@@ -338,14 +335,7 @@ impl Recovery<'_> {
         &self,
         block: ExtendedBlock,
     ) -> Result<(GenerationStamp, Option<BlockToken>), ClientError> {
-        let client = self.fs.client_name.clone();
-        let lb = self
-            .fs
-            .call("update_block_for_pipeline", true, |c, ctx| {
-                let client = client.clone();
-                async move { c.update_block_for_pipeline(ctx, block, client).await }
-            })
-            .await?;
+        let lb = self.meta.update_block_for_pipeline(block).await?;
         if lb.block.id != block.id || lb.block.gen_stamp <= block.gen_stamp {
             return Err(ClientError::protocol(
                 "metadata service",
@@ -364,14 +354,8 @@ impl Recovery<'_> {
         new: ExtendedBlock,
         nodes: &[DatanodeId],
     ) -> Result<(), ClientError> {
-        let client = self.fs.client_name.clone();
         let ids: Vec<NodeId> = nodes.iter().map(|d| d.node_id.clone()).collect();
-        self.fs
-            .call("update_pipeline", false, |c, ctx| {
-                let (client, ids) = (client.clone(), ids.clone());
-                async move { c.update_pipeline(ctx, client, old, new, ids).await }
-            })
-            .await
+        self.meta.update_pipeline(old, new, &ids).await
     }
 }
 

@@ -23,8 +23,9 @@ use super::replace::{RecoveryBudget, ReplaceRule};
 pub(crate) use super::shared::WriterShared;
 use crate::connection::DnSettings;
 use crate::error::{ClientError, PipelineFailure};
-use crate::filesystem::FsInner;
+use crate::meta::MetadataClient;
 use futures::StreamExt;
+use sluice_common::config::ClientConfig;
 use sluice_common::frame::Frame;
 use sluice_common::proto::Message;
 use sluice_common::{DatanodeId, ExtendedBlock, FrameError, MetaError, NodeId};
@@ -89,7 +90,8 @@ pub(crate) struct FileParams {
 
 /// The streamer task's state.
 pub(crate) struct Streamer {
-    fs: Arc<FsInner>,
+    meta: Arc<MetadataClient>,
+    cfg: Arc<ClientConfig>,
     path: String,
     params: FileParams,
     rx: mpsc::UnboundedReceiver<Command>,
@@ -119,18 +121,17 @@ pub(crate) struct Streamer {
 impl Streamer {
     /// A streamer for `path`, fed by `rx`.
     pub(crate) fn new(
-        fs: Arc<FsInner>,
+        meta: Arc<MetadataClient>,
+        cfg: Arc<ClientConfig>,
         path: String,
         params: FileParams,
         rx: mpsc::UnboundedReceiver<Command>,
         shared: Arc<WriterShared>,
     ) -> Streamer {
-        let settings = DnSettings {
-            timeout: fs.cfg.socket_timeout.get(),
-            max_frame: fs.cfg.max_frame_bytes.as_usize(),
-        };
+        let settings = dn_settings(&cfg);
         Streamer {
-            fs,
+            meta,
+            cfg,
             path,
             params,
             rx,
@@ -174,21 +175,19 @@ impl Streamer {
 
     /// Sets up the pipeline of an append to the partial last block `lb`.
     pub(crate) async fn setup_append(
-        fs: &FsInner,
+        meta: &MetadataClient,
+        cfg: &ClientConfig,
         path: &str,
         lb: &sluice_common::rpc::LocatedBlock,
         replication: u16,
     ) -> Result<Pipeline, ClientError> {
-        let settings = DnSettings {
-            timeout: fs.cfg.socket_timeout.get(),
-            max_frame: fs.cfg.max_frame_bytes.as_usize(),
-        };
         let mut failed = Vec::new();
         let r = Recovery {
-            fs,
+            meta,
             path,
-            settings,
-            rule: ReplaceRule::from_config(&fs.cfg),
+            settings: dn_settings(cfg),
+            bpc: cfg.bytes_per_checksum,
+            rule: ReplaceRule::from_config(cfg),
             replication,
             hflushed: true,
             failed: &mut failed,
@@ -243,7 +242,7 @@ impl Streamer {
                 return Ok(Flow::Continue);
             }
             // Every packet offset is a chunk boundary (protocol.md), the empty last one too.
-            let bpc = u64::from(self.fs.cfg.bytes_per_checksum);
+            let bpc = u64::from(self.cfg.bytes_per_checksum);
             let offset = p.bytes_sent / bpc * bpc;
             debug!(block = %p.block.id, length = p.bytes_sent, "sending the block's last packet");
             self.send(OutPacket::empty(offset, true, false), None)
@@ -330,7 +329,7 @@ impl Streamer {
         if sync && !p.synced {
             // Nothing new to send, but data since the last sync must be made durable: an
             // empty packet with the sync flag at the current chunk boundary (as HDFS does).
-            let bpc = u64::from(self.fs.cfg.bytes_per_checksum);
+            let bpc = u64::from(self.cfg.bytes_per_checksum);
             let offset = p.bytes_sent / bpc * bpc;
             self.send(OutPacket::empty(offset, false, true), None)
                 .await?;
@@ -444,7 +443,7 @@ impl Streamer {
     }
 
     async fn finish_close(&mut self) -> Result<Flow, ClientError> {
-        metadata::complete(&self.fs, &self.path, self.previous).await?;
+        metadata::complete(&self.meta, &self.path, self.previous).await?;
         if let Some(w) = self.close_waiter.take() {
             let _ = w.send(Ok(()));
         }
@@ -529,10 +528,11 @@ impl Streamer {
 
     fn recovery(&mut self) -> Recovery<'_> {
         Recovery {
-            fs: &self.fs,
+            meta: &self.meta,
             path: &self.path,
             settings: self.settings,
-            rule: ReplaceRule::from_config(&self.fs.cfg),
+            bpc: self.cfg.bytes_per_checksum,
+            rule: ReplaceRule::from_config(&self.cfg),
             replication: self.params.replication,
             hflushed: self.hflushed,
             failed: &mut self.failed,
@@ -542,8 +542,8 @@ impl Streamer {
     /// Allocates the next block and sets up its pipeline, abandoning the block and excluding
     /// the bad DataNode when set-up fails (HDFS `nextBlockOutputStream`).
     async fn setup_block(&mut self) -> Result<Pipeline, ClientError> {
-        let attempts = self.fs.cfg.block_write_retries + 1;
-        let expiry = self.fs.cfg.exclude_nodes_expiry.get();
+        let attempts = self.cfg.block_write_retries + 1;
+        let expiry = self.cfg.exclude_nodes_expiry.get();
         self.excluded.retain(|(_, at)| at.elapsed() < expiry);
         let cached: Vec<NodeId> = self.excluded.iter().map(|(n, _)| n.clone()).collect();
         let mut excluded = cached.clone();
@@ -551,28 +551,28 @@ impl Streamer {
         let mut last: Option<ClientError> = None;
         self.failed.clear();
         for attempt in 1..=attempts {
-            let lb = match metadata::add_block(&self.fs, &self.path, self.previous, &excluded).await
-            {
-                Ok(lb) => lb,
-                // The cache is a hint: when it leaves no DataNode, try its nodes again.
-                Err(ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
-                    if excluded.iter().any(|n| cached.contains(n)) =>
-                {
-                    excluded.retain(|n| !cached.contains(n));
-                    self.excluded.retain(|(n, _)| !cached.contains(n));
-                    continue;
-                }
-                // Excluding failed DataNodes left too few: report the whole story.
-                Err(e @ ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
-                    if !excluded.is_empty() =>
-                {
-                    last = Some(e);
-                    break;
-                }
-                Err(e) => return Err(e),
-            };
-            let client = &self.fs.client_name;
-            let bpc = self.fs.cfg.bytes_per_checksum;
+            let lb =
+                match metadata::add_block(&self.meta, &self.path, self.previous, &excluded).await {
+                    Ok(lb) => lb,
+                    // The cache is a hint: when it leaves no DataNode, try its nodes again.
+                    Err(ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
+                        if excluded.iter().any(|n| cached.contains(n)) =>
+                    {
+                        excluded.retain(|n| !cached.contains(n));
+                        self.excluded.retain(|(n, _)| !cached.contains(n));
+                        continue;
+                    }
+                    // Excluding failed DataNodes left too few: report the whole story.
+                    Err(e @ ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
+                        if !excluded.is_empty() =>
+                    {
+                        last = Some(e);
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+            let client = self.meta.client_name();
+            let bpc = self.cfg.bytes_per_checksum;
             match Pipeline::create(&lb, client, bpc, self.settings).await {
                 Ok(p) => {
                     debug!(block = %lb.block.id, nodes = lb.locations.len(), "pipeline set up");
@@ -580,7 +580,7 @@ impl Streamer {
                 }
                 Err(e) => {
                     warn!(block = %lb.block.id, attempt, error = %e, "pipeline set-up failed");
-                    metadata::abandon(&self.fs, &self.path, &lb).await;
+                    metadata::abandon(&self.meta, &self.path, &lb).await;
                     let bad = match &e {
                         ClientError::Pipeline { failure, .. } => Some(failure.node().clone()),
                         _ => lb.locations.first().cloned(),
@@ -604,6 +604,14 @@ impl Streamer {
                 ClientError::protocol("metadata service", "no block to set a pipeline up for")
             })),
         })
+    }
+}
+
+/// The DataNode socket settings of `cfg`.
+fn dn_settings(cfg: &ClientConfig) -> DnSettings {
+    DnSettings {
+        timeout: cfg.socket_timeout.get(),
+        max_frame: cfg.max_frame_bytes.as_usize(),
     }
 }
 
