@@ -15,6 +15,8 @@
 //! - [`ready`]: the JSON line a service binary prints to stdout once its sockets are bound.
 //! - [`webhdfs`]: WebHDFS parameters, JSON documents and `RemoteException` errors.
 //! - `telemetry` (cargo feature `telemetry`): tracing set-up for the binaries.
+//! - `metrics` (cargo feature `telemetry`): what both services' `/metrics` share (histograms,
+//!   build info, process metrics, the Prometheus text encoding).
 
 pub mod auth;
 pub mod checksum;
@@ -24,6 +26,8 @@ pub mod frame;
 pub mod framed;
 pub mod html;
 pub mod ids;
+#[cfg(feature = "telemetry")]
+pub mod metrics;
 pub mod proto;
 pub mod ready;
 pub mod rpc;

@@ -129,6 +129,12 @@ pub struct DatanodeReport {
     pub blocks: u64,
     /// Milliseconds since its last heartbeat.
     pub last_heartbeat_ms_ago: u64,
+    /// Write pipelines it was serving at its last heartbeat.
+    #[serde(default)]
+    pub active_pipelines: u32,
+    /// Replicas it was writing through a write-memory buffer at its last heartbeat.
+    #[serde(default)]
+    pub buffered_replicas: u32,
 }
 
 /// The state of the cluster.
@@ -423,6 +429,12 @@ pub struct Heartbeat {
     /// `replication.max-streams` minus this many new ones.
     #[serde(default)]
     pub transfers_in_progress: u32,
+    /// Write pipelines (WriteBlock ops) it is serving now.
+    #[serde(default)]
+    pub active_pipelines: u32,
+    /// Replicas being written through a write-memory buffer now.
+    #[serde(default)]
+    pub buffered_replicas: u32,
 }
 
 /// Work the metadata service hands to a DataNode in a heartbeat reply.

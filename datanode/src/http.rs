@@ -4,6 +4,7 @@
 //! (Prometheus text), and the data half of WebHDFS under `/webhdfs/v1` (`crate::webhdfs`).
 
 use crate::context::Ctx;
+use crate::metrics::VolumeLabel;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -58,10 +59,38 @@ async fn status(ctx: web::Data<Ctx>) -> HttpResponse {
     })
 }
 
+/// `/metrics`: the gauges read from elsewhere (volume space, the write-buffer cap) are set,
+/// then the registry is encoded.
 async fn metrics(ctx: web::Data<Ctx>) -> HttpResponse {
+    let m = &ctx.metrics;
+    for v in ctx.dataset.volumes().volumes() {
+        let label = VolumeLabel {
+            volume: v.root.display().to_string(),
+        };
+        let s = v.space().unwrap_or_default();
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        m.volumes
+            .capacity
+            .get_or_create(&label)
+            .set(gauge(s.capacity));
+        m.volumes
+            .remaining
+            .get_or_create(&label)
+            .set(gauge(s.remaining));
+        m.volumes
+            .used
+            .get_or_create(&label)
+            .set(gauge(ctx.dataset.used_on(v.index)));
+    }
+    let cap = ctx.cfg.write_buffer_max_capacity_mb;
+    m.write_buffer_capacity_bytes.set(if cap < 0 {
+        -1
+    } else {
+        cap.saturating_mul(1 << 20)
+    });
     HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(ctx.metrics.render())
+        .content_type(sluice_common::metrics::CONTENT_TYPE)
+        .body(m.render())
 }
 
 /// Builds the server on an already bound listener; the caller spawns and stops it.

@@ -29,6 +29,10 @@ pub struct Descriptor {
     pub remaining: u64,
     /// Data-transfer connections being served.
     pub active_transfers: u32,
+    /// Write pipelines being served (last heartbeat).
+    pub active_pipelines: u32,
+    /// Replicas being written through a write-memory buffer (last heartbeat).
+    pub buffered_replicas: u32,
     /// Last registration or heartbeat.
     pub last_seen: Instant,
     /// Liveness.
@@ -90,6 +94,8 @@ impl DatanodeRegistry {
             used: reg.used,
             remaining: reg.remaining,
             active_transfers: 0,
+            active_pipelines: 0,
+            buffered_replicas: 0,
             last_seen: now,
             state: NodeState::Live,
         };
@@ -105,6 +111,8 @@ impl DatanodeRegistry {
                 d.used = hb.used;
                 d.remaining = hb.remaining;
                 d.active_transfers = hb.active_transfers;
+                d.active_pipelines = hb.active_pipelines;
+                d.buffered_replicas = hb.buffered_replicas;
                 d.last_seen = now;
                 d.state = NodeState::Live;
                 HeartbeatOutcome::Accepted
@@ -199,6 +207,8 @@ mod tests {
             remaining: 80,
             active_transfers: 1,
             transfers_in_progress: 0,
+            active_pipelines: 0,
+            buffered_replicas: 0,
         }
     }
 

@@ -3,7 +3,7 @@
 //! - `GET /`: the web UI (`crate::ui`): summary, DataNodes, file browser;
 //! - `GET /health`: `{"status":"ok"}`;
 //! - `GET /status`: version, uptime, RPC address, the cluster report, namespace totals (JSON);
-//! - `GET /metrics`: Prometheus text (namespace, DataNodes, repair queues and counters, RPCs);
+//! - `GET /metrics`: Prometheus text (`crate::metrics`, listed in `docs/metrics.md`);
 //! - `/webhdfs/v1/...`: the WebHDFS gateway (`crate::webhdfs`).
 //!
 //! The server stops when the service's cancellation token fires.
@@ -92,11 +92,6 @@ async fn metrics(shared: web::Data<Shared>) -> HttpResponse {
         )
     };
     HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(crate::metrics::render(
-            &cluster,
-            open,
-            &repair,
-            &shared.metrics,
-        ))
+        .content_type(sluice_common::metrics::CONTENT_TYPE)
+        .body(shared.metrics.render(&cluster, open, &repair))
 }

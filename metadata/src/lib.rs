@@ -11,6 +11,7 @@
 //! - [`leases`]: write leases by holder and by renewal time.
 //! - [`replication`]: re-replication queues (blocks needing copies, copies in flight, commands
 //!   waiting for their source's heartbeat).
+//! - [`events`]: the bounded ring of recent cluster events the web UI shows.
 //! - [`recovery`]: block recoveries in progress and the choice of their primary DataNode.
 //! - [`tokens`]: block access tokens on located blocks, new blocks and commands.
 //! - [`state`]: all of the above behind one lock, with the protocols' logic.
@@ -24,6 +25,7 @@ pub mod command;
 pub(crate) mod commit;
 pub(crate) mod datanodes;
 pub(crate) mod error;
+pub(crate) mod events;
 mod http;
 pub(crate) mod leases;
 mod metrics;

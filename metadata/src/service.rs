@@ -14,7 +14,7 @@
 //! `Storage`, and the shutdown token is cancelled. A restart reads the store back, which holds
 //! every acknowledged change.
 
-use crate::metrics::RpcMetrics;
+use crate::metrics::Metrics;
 use crate::namespace::storage_error;
 use crate::state::State;
 use crate::store::{MetaStore, StoreError};
@@ -31,8 +31,8 @@ pub struct Shared {
     store: Arc<dyn MetaStore>,
     /// Cancelled when a flush fails.
     shutdown: CancellationToken,
-    /// RPC counters.
-    pub metrics: RpcMetrics,
+    /// RPC counters and latencies (`/metrics`).
+    pub metrics: Metrics,
     /// When the server started.
     pub started: Instant,
     /// The bound RPC address.
@@ -64,7 +64,7 @@ impl Shared {
             store: state.store(),
             state: Mutex::new(state),
             shutdown,
-            metrics: RpcMetrics::default(),
+            metrics: Metrics::default(),
             started: Instant::now(),
             rpc_addr,
         }
@@ -83,13 +83,14 @@ impl Shared {
         f: impl FnOnce(&mut State, Instant) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         self.metrics.call(method);
+        let started = Instant::now();
         let res = if self.store.clock().failed() {
             Err(stopped())
         } else {
             f(&mut self.lock(), Instant::now())
         };
+        self.metrics.finish(method, started.elapsed(), res.is_err());
         if let Err(e) = &res {
-            self.metrics.error(method);
             tracing::debug!(method, error = %e, "request failed");
         }
         res
@@ -137,6 +138,7 @@ impl Shared {
         f: impl FnOnce(&mut State, Instant) -> Result<T, MetaError>,
     ) -> Result<T, MetaError> {
         self.metrics.call(method);
+        let started = Instant::now();
         let (res, seq) = if self.store.clock().failed() {
             (Err(stopped()), 0)
         } else {
@@ -148,8 +150,8 @@ impl Shared {
             Ok(()) => res,
             Err(e) => Err(e),
         };
+        self.metrics.finish(method, started.elapsed(), res.is_err());
         if let Err(e) = &res {
-            self.metrics.error(method);
             tracing::debug!(method, error = %e, "request failed");
         }
         res

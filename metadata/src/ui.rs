@@ -5,18 +5,22 @@
 //!   are not dead, as `sluice report` and `sluice df`), files, directories, blocks,
 //!   under-replicated, corrupt and missing blocks;
 //! - the DataNode table: address, rack, state (live / stale / dead), capacity with a bar of
-//!   used space, blocks, last heartbeat;
+//!   used space, blocks, active write pipelines and buffered replicas (from the last
+//!   heartbeat), last heartbeat;
+//! - recent events (`crate::events`: DataNode dead, pipeline recovered, re-replication done,
+//!   corrupt replica found), newest first;
 //! - the file browser (`/?path=/dir`): a directory's entries (directories link deeper), and for
 //!   each file its blocks with their replica locations.
 //!
 //! Every value comes from the same state the RPCs read, under the same lock.
 
+use crate::events::Event;
 use crate::service::Shared;
 use actix_web::{web, HttpRequest, HttpResponse};
 use sluice_common::config::units::human_bytes;
 use sluice_common::rpc::{ClusterReport, FileKind, FileStatus, LocatedBlocks, NodeState};
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Seconds between automatic reloads.
 const REFRESH_SECS: u32 = 5;
@@ -31,7 +35,9 @@ th{background:#f3f3f3}.num{text-align:right;font-variant-numeric:tabular-nums}\
 .bar{width:10em;height:.8em;background:#e6e6e6;display:inline-block;vertical-align:middle}\
 .bar span{display:block;height:100%;background:#3b82f6}\
 .live{color:#15803d}.stale{color:#b45309}.dead{color:#b91c1c;font-weight:bold}\
-.warn{color:#b91c1c;font-weight:bold}code{font-size:.95em}";
+.warn{color:#b91c1c;font-weight:bold}code{font-size:.95em}\
+.datanode-dead,.corrupt-replica{color:#b91c1c}.pipeline-recovered{color:#b45309}\
+.replication-done{color:#15803d}";
 
 /// A directory's entries, or a file with its blocks.
 enum Browse {
@@ -43,9 +49,10 @@ enum Browse {
 /// `GET /`.
 pub async fn index(shared: web::Data<Shared>, req: HttpRequest) -> HttpResponse {
     let path = query_path(req.query_string());
-    let (cluster, browse) = {
+    let (cluster, events, browse) = {
         let mut s = shared.lock();
         let cluster = s.cluster_report(Instant::now());
+        let events = s.events();
         let browse = match s.stat(&path) {
             Ok(st) if st.kind == FileKind::Directory => match s.list(&path) {
                 Ok(entries) => Browse::Dir(entries),
@@ -57,7 +64,7 @@ pub async fn index(shared: web::Data<Shared>, req: HttpRequest) -> HttpResponse 
             },
             Err(e) => Browse::Error(e.to_string()),
         };
-        (cluster, browse)
+        (cluster, events, browse)
     };
     let mut html = String::with_capacity(16 * 1024);
     let _ = write!(
@@ -70,6 +77,7 @@ pub async fn index(shared: web::Data<Shared>, req: HttpRequest) -> HttpResponse 
     );
     summary(&mut html, &cluster);
     datanodes(&mut html, &cluster);
+    recent_events(&mut html, &events, SystemTime::now());
     browser(&mut html, &path, &browse);
     html.push_str("</body></html>");
     HttpResponse::Ok()
@@ -132,7 +140,7 @@ fn datanodes(html: &mut String, c: &ClusterReport) {
         "<h2>DataNodes</h2><p id=\"datanode-counts\">{} live, {} stale, {} dead</p>\
          <table id=\"datanodes\"><tr><th>Address</th><th>Rack</th><th>State</th>\
          <th>Capacity</th><th>Used</th><th>Remaining</th><th>Blocks</th>\
-         <th>Last heartbeat</th></tr>",
+         <th>Active pipelines</th><th>Buffered replicas</th><th>Last heartbeat</th></tr>",
         count(NodeState::Live),
         count(NodeState::Stale),
         count(NodeState::Dead)
@@ -155,6 +163,7 @@ fn datanodes(html: &mut String, c: &ClusterReport) {
              <td class=\"{state}\">{state}</td><td class=\"num\">{cap}</td>\
              <td><span class=\"bar\"><span style=\"width:{bar:.1}%\"></span></span> {used} \
              ({pct:.2}%)</td><td class=\"num\">{rem}</td><td class=\"num\">{blocks}</td>\
+             <td class=\"num pipelines\">{pipelines}</td><td class=\"num buffered\">{buffered}</td>\
              <td class=\"num\">{hb:.1} s ago</td></tr>",
             node = esc(&d.id.node_id.to_string()),
             http = esc(&d.id.http_addr),
@@ -167,7 +176,38 @@ fn datanodes(html: &mut String, c: &ClusterReport) {
             used = bytes(d.used),
             rem = bytes(d.remaining),
             blocks = d.blocks,
+            pipelines = d.active_pipelines,
+            buffered = d.buffered_replicas,
             hb = d.last_heartbeat_ms_ago as f64 / 1000.0,
+        );
+    }
+    html.push_str("</table>");
+}
+
+/// The recent events panel, newest first.
+fn recent_events(html: &mut String, events: &[Event], now: SystemTime) {
+    html.push_str("<h2>Recent events</h2>");
+    if events.is_empty() {
+        html.push_str("<p id=\"no-events\">No events since the service started.</p>");
+        return;
+    }
+    html.push_str("<table id=\"events\"><tr><th>Time (UTC)</th><th>Event</th></tr>");
+    for e in events {
+        let since =
+            e.at.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+        let ago = now.duration_since(e.at).unwrap_or_default().as_secs();
+        let day = since % 86_400;
+        let _ = write!(
+            html,
+            "<tr class=\"event {kind}\" data-kind=\"{kind}\"><td class=\"num\">\
+             {:02}:{:02}:{:02} ({ago} s ago)</td><td>{}</td></tr>",
+            day / 3600,
+            day % 3600 / 60,
+            day % 60,
+            esc(&e.kind.describe()),
+            kind = e.kind.name(),
         );
     }
     html.push_str("</table>");

@@ -257,6 +257,8 @@ async fn heartbeat(
         remaining: space.remaining,
         active_transfers: ctx.metrics.active_transfers.get().max(0) as u32,
         transfers_in_progress: ctx.metrics.replication_transfers_active.get().max(0) as u32,
+        active_pipelines: ctx.metrics.active_pipelines.get().max(0) as u32,
+        buffered_replicas: ctx.metrics.buffered_replicas.get().max(0) as u32,
     };
     let resp = classify(
         rpc::bounded(

@@ -25,6 +25,7 @@ use sluice_common::proto::{
 };
 use sluice_common::{ExtendedBlock, Status};
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 
 /// Room for a frame's prefix and header beside its payload.
 const FRAME_SLACK: u64 = 4096;
@@ -148,6 +149,7 @@ fn start_reader(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<mpsc::Receiver<
 /// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
 pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) -> Result<()> {
     ctx.metrics.read_block_ops.inc();
+    let _timer = ctx.metrics.read_stream_seconds.start_timer();
     let plan = match plan(ctx, op.block, op.offset, op.length).await {
         Ok(p) => p,
         Err(e) => return refuse(ctx, w, &e).await,
@@ -162,11 +164,24 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     };
     wire::respond(w, response, t).await?;
     let end = loop {
-        let next = tokio::select! {
-            biased;
-            _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
-            _ = ctx.shutdown.cancelled() => Some(Err(DatanodeError::ShuttingDown)),
-            p = rx.recv() => p,
+        // A piece already waiting is a prefetch hit: the disk read was done ahead of the wire.
+        // A stop wins over a waiting piece, as in the select below.
+        if ctx.kill.is_cancelled() {
+            return Err(DatanodeError::ShuttingDown);
+        }
+        let (next, ready) = match rx.try_recv() {
+            _ if ctx.shutdown.is_cancelled() => (Some(Err(DatanodeError::ShuttingDown)), false),
+            Ok(p) => (Some(p), true),
+            Err(TryRecvError::Disconnected) => (None, false),
+            Err(TryRecvError::Empty) => {
+                let p = tokio::select! {
+                    biased;
+                    _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
+                    _ = ctx.shutdown.cancelled() => Some(Err(DatanodeError::ShuttingDown)),
+                    p = rx.recv() => p,
+                };
+                (p, false)
+            }
         };
         match next {
             None => {
@@ -177,6 +192,11 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
             }
             Some(Ok(held)) => {
                 let Some(p) = held.piece() else { continue };
+                if ready {
+                    ctx.metrics.prefetch_hits.inc();
+                } else {
+                    ctx.metrics.prefetch_misses.inc();
+                }
                 // A reader that stopped reading must not hold up a stop for a socket timeout.
                 tokio::select! {
                     biased;
@@ -203,6 +223,7 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
 /// `ReadChunk`: `OpResponse`, then one `Chunk`.
 pub(crate) async fn read_chunk(ctx: &Ctx, op: ReadChunkOp, w: &mut FrameWriter) -> Result<()> {
     ctx.metrics.read_chunk_ops.inc();
+    let _timer = ctx.metrics.read_chunk_seconds.start_timer();
     let plan = match plan(ctx, op.block, op.offset, op.length).await {
         Ok(p) => p,
         Err(e) => return refuse(ctx, w, &e).await,

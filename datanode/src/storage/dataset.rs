@@ -319,8 +319,10 @@ impl Dataset {
         let (block_file, meta_file, header) = open_rw(old)?;
         let (bp, mp) = (old.block_path(), old.meta_path());
         meta::truncate_replica(&block_file, &bp, &meta_file, &mp, header, len)?;
+        let timer = self.metrics.fsync_seconds.start_timer();
         block_file.sync_data().ctx("fdatasync", &bp)?;
         meta_file.sync_data().ctx("fdatasync", &mp)?;
+        drop(timer);
         self.metrics.fsyncs.add(2);
         let entry = ReplicaEntry {
             gen_stamp: gs,

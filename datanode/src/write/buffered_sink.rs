@@ -38,6 +38,7 @@ use crate::sys::Advice;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Writes packets through a pooled memory buffer.
 #[derive(Debug)]
@@ -221,10 +222,12 @@ impl BufferedSink {
         self.failpoint("dn::flush")?;
         let from = self.on_disk;
         let end = from + self.len as u64;
+        let started = Instant::now();
         self.gated(|s| {
             s.write_buffer()?;
             s.write_sums()
         })?;
+        self.metrics.flush_seconds.observe(started.elapsed());
         self.metrics.buffer_flushes.inc();
         self.advance(end);
         self.drop_behind_after_flush(from);
@@ -299,6 +302,7 @@ impl BufferedSink {
         self.merge_sums(offset, data.len() as u64, sums, held)?;
         self.failpoint("dn::flush")?;
         let end = offset + data.len() as u64;
+        let started = Instant::now();
         self.gated(|s| {
             let block = s.block.as_ref().ok_or_else(Self::released_error)?;
             pwrite_all(block, &data[skip..], held, &s.metrics).ctx("write", &s.block_path)?;
@@ -306,6 +310,7 @@ impl BufferedSink {
             s.metrics.buffered_bytes_written.add(end - held);
             s.write_sums()
         })?;
+        self.metrics.flush_seconds.observe(started.elapsed());
         self.metrics.buffer_flushes.inc();
         self.advance(end);
         self.drop_behind_after_flush(held);
@@ -368,6 +373,7 @@ impl ReplicaSink for BufferedSink {
         let (Some(block), Some(meta)) = (&self.block, &self.meta) else {
             return Err(Self::released_error());
         };
+        let _t = self.metrics.fsync_seconds.start_timer();
         block.sync_data().ctx("fdatasync", &self.block_path)?;
         meta.sync_data().ctx("fdatasync", &self.meta_path)?;
         self.metrics.fsyncs.add(2);

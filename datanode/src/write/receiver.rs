@@ -28,6 +28,7 @@ use super::writer_core::{WriterCore, WriterSettings};
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::failpoint::FailAction;
+use crate::metrics::GaugeGuard;
 use crate::storage::dataset::OpenReplica;
 use crate::storage::meta::MAX_BYTES_PER_CHECKSUM;
 use crate::storage::replica::{ReplicaEntry, ReplicaLive};
@@ -43,6 +44,7 @@ use sluice_common::rpc::ReplicaEvent;
 use sluice_common::token::BlockToken;
 use sluice_common::{FrameError, Status};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -67,6 +69,9 @@ pub(crate) async fn serve(
     upstream: FrameWriter,
 ) {
     let span = tracing::info_span!("write_block", block = %op.block.id, node = %ctx.node_id, stage = ?op.stage);
+    let metrics = Arc::clone(&ctx.metrics);
+    let _pipeline = GaugeGuard::new(&metrics.active_pipelines);
+    let _timer = metrics.block_write_seconds.start_timer();
     serve_inner(ctx, op, token, reader, upstream)
         .instrument(span)
         .await
@@ -80,6 +85,9 @@ async fn serve_inner(
     mut upstream: FrameWriter,
 ) {
     ctx.metrics.write_block_ops.inc();
+    if op.stage.is_recovery() {
+        ctx.metrics.pipeline_recoveries.inc();
+    }
     let t = ctx.socket_timeout();
     let prepared = match prepare(&ctx, &op).await {
         Ok(p) => p,
@@ -462,6 +470,7 @@ impl PacketLoop<'_> {
                     status: Status::Success,
                     end: 0,
                     last: false,
+                    received: None,
                 })
                 .await
             }
@@ -471,6 +480,7 @@ impl PacketLoop<'_> {
     }
 
     async fn on_data(&mut self, h: PacketHeader, payload: Bytes) -> Step {
+        let received = Instant::now();
         self.ctx.metrics.packets_received.inc();
         let bpc = self.op.bytes_per_checksum;
         let sums_len = checksum::checksum_len(h.data_len as usize, bpc);
@@ -508,6 +518,7 @@ impl PacketLoop<'_> {
             status: Status::Success,
             end,
             last: false,
+            received: Some(received),
         })
         .await
     }
@@ -533,6 +544,7 @@ impl PacketLoop<'_> {
                 status: Status::Success,
                 end: 0,
                 last: true,
+                received: None,
             })
             .await
         {
@@ -582,6 +594,7 @@ impl PacketLoop<'_> {
             status: e.status(),
             end: 0,
             last: false,
+            received: None,
         };
         let _ = self.acks.send(p).await;
         Outcome::LocalError

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use sluice_common::proto::{Message, PipelineAck};
 use sluice_common::Status;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +34,9 @@ pub struct PendingAck {
     pub end: u64,
     /// The block's last packet.
     pub last: bool,
+    /// When a data packet arrived (`None` for heartbeats, the last packet and errors): its
+    /// ack's latency goes to `packet_ack_seconds`.
+    pub received: Option<Instant>,
 }
 
 /// How the responder ended.
@@ -82,6 +86,9 @@ impl Responder {
             if !self.send_ack(p.seqno, replies).await {
                 self.broken.cancel();
                 return ResponderEnd::Failed;
+            }
+            if let (true, Some(at)) = (ok, p.received) {
+                self.ctx.metrics.packet_ack_seconds.observe(at.elapsed());
             }
             if ok {
                 if p.last {

@@ -121,6 +121,7 @@ impl ReplicaSink for DirectSink {
 
     fn sync(&mut self) -> Result<()> {
         let (block, meta) = self.files()?;
+        let _t = self.metrics.fsync_seconds.start_timer();
         block.sync_data().ctx("fdatasync", &self.block_path)?;
         meta.sync_data().ctx("fdatasync", &self.meta_path)?;
         self.metrics.fsyncs.add(2);

@@ -52,10 +52,10 @@ async fn http_reports_health_status_and_metrics() {
         let (code, body) = http_get(h, "/metrics").await;
         assert_eq!(code, 200);
         assert!(
-            body.contains("sluice_datanode_bytes_written 3000"),
+            body.contains("sluice_datanode_written_bytes_total 3000\n"),
             "{body}"
         );
-        assert!(body.contains("# TYPE sluice_datanode_block_file_writes counter"));
+        assert!(body.contains("# TYPE sluice_datanode_block_file_writes_total counter"));
     })
     .await
 }

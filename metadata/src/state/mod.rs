@@ -19,6 +19,7 @@ pub use reports::MonitorAction;
 
 use crate::blocks::{BlockInfo, BlockManager};
 use crate::datanodes::DatanodeRegistry;
+use crate::events::{Event, EventLog};
 use crate::leases::LeaseManager;
 use crate::namespace::{BlockState, Inode, InodeKind, Namespace, NsPath};
 use crate::placement::{choose_targets, Candidate, PlacementRequest};
@@ -52,6 +53,8 @@ pub struct RepairCounters {
     pub recoveries_committed: u64,
     /// Files closed by lease recovery.
     pub leases_recovered: u64,
+    /// Pipelines rebuilt by writers (`update_pipeline` accepted).
+    pub pipeline_recoveries: u64,
 }
 
 /// Repair gauges and counters, for `/metrics`.
@@ -79,6 +82,8 @@ pub struct State {
     /// Blocks whose excess replicas wait for a stale holder to come back or die.
     postponed: BTreeSet<BlockId>,
     counters: RepairCounters,
+    /// Recent events for the web UI.
+    events: EventLog,
     rng: StdRng,
     last_tick: Option<Instant>,
     /// When the state was opened: DataNodes need a moment to report their replicas.
@@ -120,6 +125,7 @@ impl State {
             recoveries: Recoveries::with_clock(clock),
             postponed: BTreeSet::new(),
             counters: RepairCounters::default(),
+            events: EventLog::default(),
             rng: StdRng::from_os_rng(),
             last_tick: None,
             opened: now,
@@ -134,6 +140,11 @@ impl State {
             recovering: self.recoveries.len() as u64,
             counters: self.counters,
         }
+    }
+
+    /// Recent events, newest first.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.newest_first()
     }
 
     /// The store under the namespace.

@@ -3,6 +3,7 @@
 //! DataNodes for it (`get_additional_datanodes`).
 
 use super::State;
+use crate::events::EventKind;
 use crate::namespace::{BlockState, Inode, NsPath, Txn};
 use crate::placement::PlacementRequest;
 use sluice_common::rpc::{AdditionalDatanodes, LocatedBlock};
@@ -115,6 +116,11 @@ impl State {
         }
         self.ns.update(&inode)?;
         self.apply_new_pipeline(new, nodes);
+        self.counters.pipeline_recoveries += 1;
+        self.events.push(EventKind::PipelineRecovered {
+            block: new,
+            nodes: nodes.to_vec(),
+        });
         Ok(())
     }
 

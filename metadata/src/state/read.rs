@@ -210,6 +210,8 @@ impl State {
                 blocks: self.blocks.node_block_count(&d.id.node_id),
                 last_heartbeat_ms_ago: now.saturating_duration_since(d.last_seen).as_millis()
                     as u64,
+                active_pipelines: d.active_pipelines,
+                buffered_replicas: d.buffered_replicas,
             })
             .collect();
         let t = self.blocks.totals();

@@ -4,6 +4,7 @@
 use super::lease::RECOVERY_HOLDER;
 use super::{State, MAX_DELETES_PER_HEARTBEAT};
 use crate::datanodes::HeartbeatOutcome;
+use crate::events::{CorruptionSource, EventKind};
 use crate::namespace::InodeId;
 use sluice_common::proto::ReplicaState;
 use sluice_common::rpc::{
@@ -146,7 +147,7 @@ impl State {
             match event {
                 ReplicaEvent::Received(b) => {
                     self.blocks.add_replica(node, *b, ReplicaState::Finalized);
-                    self.replication.arrived(b.id, node);
+                    self.copy_arrived(b.id, node);
                     self.try_complete(b.id);
                 }
                 ReplicaEvent::Deleted(b) => self.blocks.remove_replica(node, b.id),
@@ -171,7 +172,7 @@ impl State {
         let invalidated = self.blocks.replace_node_replicas(node, reports);
         for r in replicas {
             if r.state == ReplicaState::Finalized {
-                self.replication.arrived(r.block.id, node);
+                self.copy_arrived(r.block.id, node);
             }
             self.try_complete(r.block.id);
             let doomed = self
@@ -198,14 +199,37 @@ impl State {
             self.blocks.schedule_delete(node, b);
         } else {
             tracing::warn!(block = %b, node = %node, "the block scanner found a corrupt replica");
-            self.blocks.mark_corrupt(node, b.id);
+            if self.blocks.mark_corrupt(node, b.id) {
+                self.events.push(EventKind::CorruptReplica {
+                    block: b.id,
+                    node: node.clone(),
+                    found_by: CorruptionSource::Scanner,
+                });
+            }
+        }
+    }
+
+    /// A finalized replica of `id` is on `node`: if it was a re-replication copy, that copy is
+    /// done.
+    fn copy_arrived(&mut self, id: BlockId, node: &NodeId) {
+        if self.replication.arrived(id, node) {
+            self.events.push(EventKind::ReplicationDone {
+                block: id,
+                target: node.clone(),
+            });
         }
     }
 
     /// Marks replicas that served bad data corrupt. Unknown blocks are skipped.
     pub fn report_bad_blocks(&mut self, bad: &[BadReplica]) {
         for r in bad {
-            if !self.blocks.mark_corrupt(&r.node, r.block.id) {
+            if self.blocks.mark_corrupt(&r.node, r.block.id) {
+                self.events.push(EventKind::CorruptReplica {
+                    block: r.block.id,
+                    node: r.node.clone(),
+                    found_by: CorruptionSource::Reader,
+                });
+            } else {
                 tracing::debug!(block = %r.block.id, node = %r.node, "bad replica of an unknown block");
             }
         }
@@ -221,6 +245,10 @@ impl State {
                 NodeState::Dead => {
                     let replicas = self.blocks.remove_node(&change.node);
                     self.repair_node_dead(&change.node);
+                    self.events.push(EventKind::DatanodeDead {
+                        node: change.node.clone(),
+                        replicas: replicas as u64,
+                    });
                     actions.push(MonitorAction::NodeDead {
                         node: change.node,
                         replicas,

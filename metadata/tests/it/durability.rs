@@ -117,6 +117,8 @@ async fn a_failed_flush_stops_the_service_and_the_file_survives() {
                 remaining: 1 << 40,
                 active_transfers: 0,
                 transfers_in_progress: 0,
+                active_pipelines: 0,
+                buffered_replicas: 0,
             };
             let res = r.dn.heartbeat(ctx(), hb).await;
             assert!(!matches!(res, Ok(Ok(_))), "{res:?}");

@@ -108,6 +108,8 @@ fn heartbeat() -> Heartbeat {
         remaining: 1 << 40,
         active_transfers: 0,
         transfers_in_progress: 0,
+        active_pipelines: 0,
+        buffered_replicas: 0,
     }
 }
 

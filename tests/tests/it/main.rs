@@ -10,6 +10,7 @@ mod batching;
 mod foundation;
 mod hflush_processes;
 mod lazyfs;
+mod metrics;
 mod read;
 mod recovery;
 mod recovery_processes;

@@ -324,6 +324,8 @@ async fn only_holders_of_the_cluster_secret_may_speak_the_datanode_protocol() {
             remaining: 1,
             active_transfers: 0,
             transfers_in_progress: 0,
+            active_pipelines: 0,
+            buffered_replicas: 0,
         };
         let resp = member
             .heartbeat(rpc::context_with_timeout(Duration::from_secs(10)), hb)

@@ -2,12 +2,15 @@
 //! summary and the DataNode table agree with the cluster report after a write and after a
 //! DataNode is killed, and the file browser shows directories, files, blocks and their
 //! replica locations; a DataNode's own page (`GET /` on its HTTP port) shows its volume and
-//! its replicas.
+//! its replicas. The DataNode table's active pipelines and buffered replicas follow an open
+//! writer (carried in heartbeats), and the recent events panel shows the DataNode's death and
+//! the re-replication that follows.
 
 use sluice_client::WriteOptions;
 use sluice_tests::http::request;
 use sluice_tests::{random_bytes, wait_until, with_timeout, write_all, MiniCluster};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -29,6 +32,14 @@ fn cell<'a>(html: &'a str, id: &str) -> &'a str {
         + 6;
     let end = html[start..].find('<').unwrap() + start;
     &html[start..end]
+}
+
+/// The sum of the DataNode table's `class="num <class>"` cells.
+fn column_sum(html: &str, class: &str) -> u64 {
+    html.split(&format!("class=\"num {class}\">"))
+        .skip(1)
+        .map(|s| s[..s.find('<').unwrap()].parse::<u64>().unwrap())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,6 +110,29 @@ async fn the_web_ui_shows_the_cluster_its_files_and_a_dead_datanode() {
         assert!(cell(&dn, "write-buffer-bytes").contains(" of "), "{dn}");
         assert_eq!(cell(&dn, "read-streams"), "0");
 
+        // An open writer: its three DataNodes count a pipeline, the last one a buffered replica
+        // (write.memory.buffer.last-replica-only); both go back to 0 once it closes.
+        assert!(html.contains("<th>Active pipelines</th><th>Buffered replicas</th>"));
+        assert_eq!(column_sum(&html, "pipelines"), 0);
+        assert!(html.contains("id=\"no-events\""), "no events yet");
+        let mut w = fs
+            .create("/dir/open", WriteOptions::default())
+            .await
+            .unwrap();
+        w.write_all(&random_bytes(100_000, 2)).await.unwrap();
+        w.hflush().await.unwrap();
+        wait_until(LIMIT, "the open pipeline in the DataNode table", || async {
+            let html = page(&c, "").await;
+            column_sum(&html, "pipelines") == 3 && column_sum(&html, "buffered") == 1
+        })
+        .await;
+        w.close().await.unwrap();
+        wait_until(LIMIT, "no pipeline once the writer closed", || async {
+            let html = page(&c, "").await;
+            column_sum(&html, "pipelines") == 0 && column_sum(&html, "buffered") == 0
+        })
+        .await;
+
         // A DataNode killed: the page shows it dead and the others live.
         let victim = c
             .datanode_index_by_addr(&holders.blocks[0].locations[0].data_addr)
@@ -113,6 +147,19 @@ async fn the_web_ui_shows_the_cluster_its_files_and_a_dead_datanode() {
         assert_eq!(html.matches("data-state=\"live\"").count(), 3);
         let report = fs.cluster_report().await.unwrap();
         assert!(cell(&html, "capacity").ends_with(&format!("({} B)", report.totals().capacity)));
+        // The events panel: the death, then the copies that replace its replicas.
+        let dead = "data-kind=\"datanode-dead\"><td class=\"num\">";
+        assert_eq!(html.matches(dead).count(), 1, "{html}");
+        assert!(
+            html.contains(&format!("DataNode dead: {}", holder.node_id)),
+            "{html}"
+        );
+        wait_until(LIMIT, "a re-replication done event", || async {
+            page(&c, "")
+                .await
+                .contains("data-kind=\"replication-done\"")
+        })
+        .await;
         c.shutdown().await;
     })
     .await;

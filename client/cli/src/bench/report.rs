@@ -234,15 +234,15 @@ impl WriteCounters {
 
     fn add(&mut self, m: &BTreeMap<String, u64>) {
         let get = |k: &str| m.get(k).copied().unwrap_or(0);
-        self.block_file_writes += get("block_file_writes");
-        self.buffered_block_file_writes += get("buffered_block_file_writes");
-        self.bytes_written += get("bytes_written");
-        self.buffered_bytes_written += get("buffered_bytes_written");
-        self.buffer_flushes += get("buffer_flushes");
-        self.fsyncs += get("fsyncs");
-        self.buffered_replicas_created += get("buffered_replicas_created");
-        self.bytes_read += get("bytes_read");
-        self.write_dropbehind_bytes += get("write_dropbehind_bytes");
+        self.block_file_writes += get("block_file_writes_total");
+        self.buffered_block_file_writes += get("buffered_block_file_writes_total");
+        self.bytes_written += get("written_bytes_total");
+        self.buffered_bytes_written += get("buffered_written_bytes_total");
+        self.buffer_flushes += get("buffer_flushes_total");
+        self.fsyncs += get("fsyncs_total");
+        self.buffered_replicas_created += get("buffered_replicas_created_total");
+        self.bytes_read += get("read_bytes_total");
+        self.write_dropbehind_bytes += get("write_dropbehind_bytes_total");
     }
 }
 
@@ -348,18 +348,20 @@ mod tests {
     #[test]
     fn metrics_text_is_parsed_by_name() {
         let m = parse_metrics(
-            "# HELP sluice_datanode_fsyncs x\n# TYPE sluice_datanode_fsyncs counter\n\
-             sluice_datanode_fsyncs 12\nsluice_datanode_buffered_replicas -1\nother 3\n",
+            "# HELP sluice_datanode_fsyncs_total x\n# TYPE sluice_datanode_fsyncs_total counter\n\
+             sluice_datanode_fsyncs_total 12\nsluice_datanode_buffered_replicas -1\nother 3\n\
+             sluice_datanode_flush_seconds_sum 0.25\n",
         );
-        assert_eq!(m.get("fsyncs"), Some(&12));
+        assert_eq!(m.get("fsyncs_total"), Some(&12));
+        assert!(!m.contains_key("flush_seconds_sum"), "not a whole number");
         assert_eq!(m.get("buffered_replicas"), Some(&0));
         assert!(!m.contains_key("other"));
         let mut c = WriteCounters::default();
         c.add(&BTreeMap::from([
-            ("block_file_writes".to_string(), 30),
-            ("buffered_block_file_writes".to_string(), 2),
-            ("bytes_written".to_string(), 3 << 20),
-            ("buffered_bytes_written".to_string(), 1 << 20),
+            ("block_file_writes_total".to_string(), 30),
+            ("buffered_block_file_writes_total".to_string(), 2),
+            ("written_bytes_total".to_string(), 3 << 20),
+            ("buffered_written_bytes_total".to_string(), 1 << 20),
         ]));
         assert_eq!(c.buffered_calls_per_mib(), Some(2.0));
         assert_eq!(c.direct_calls_per_mib(), Some(14.0));

@@ -85,6 +85,8 @@ pub(super) fn hb(n: &str) -> Heartbeat {
         remaining: 1 << 40,
         active_transfers: 0,
         transfers_in_progress: 0,
+        active_pipelines: 0,
+        buffered_replicas: 0,
     }
 }
 

@@ -101,6 +101,8 @@ impl Running {
             remaining: 1 << 40,
             active_transfers: 0,
             transfers_in_progress: 0,
+            active_pipelines: 0,
+            buffered_replicas: 0,
         };
         self.dn
             .heartbeat(ctx(), hb)
