@@ -176,12 +176,21 @@ fn datanodes(html: &mut String, c: &ClusterReport) {
             used = bytes(d.used),
             rem = bytes(d.remaining),
             blocks = d.blocks,
-            pipelines = d.active_pipelines,
-            buffered = d.buffered_replicas,
+            pipelines = activity(d.state, d.active_pipelines),
+            buffered = activity(d.state, d.buffered_replicas),
             hb = d.last_heartbeat_ms_ago as f64 / 1000.0,
         );
     }
     html.push_str("</table>");
+}
+
+/// A count from the last heartbeat; "-" for a dead DataNode, whose last report is stale.
+fn activity(state: NodeState, n: u32) -> String {
+    if state == NodeState::Dead {
+        "-".to_string()
+    } else {
+        n.to_string()
+    }
 }
 
 /// The recent events panel, newest first.

@@ -13,6 +13,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 const LIMIT: Duration = Duration::from_secs(120);
+/// One condition of the page (well inside `LIMIT`, so that a failure names it).
+const WAIT: Duration = Duration::from_secs(30);
 
 /// The page at `/<query>` as text.
 async fn page(c: &MiniCluster, query: &str) -> String {
@@ -34,11 +36,19 @@ fn cell<'a>(html: &'a str, id: &str) -> &'a str {
     &html[start..end]
 }
 
-/// The sum of the DataNode table's `class="num <class>"` cells.
-fn column_sum(html: &str, class: &str) -> u64 {
+/// The DataNode table's `class="num <class>"` cells.
+fn column(html: &str, class: &str) -> Vec<String> {
     html.split(&format!("class=\"num {class}\">"))
         .skip(1)
-        .map(|s| s[..s.find('<').unwrap()].parse::<u64>().unwrap())
+        .map(|s| s[..s.find('<').unwrap()].to_string())
+        .collect()
+}
+
+/// The sum of a column's numbers.
+fn column_sum(html: &str, class: &str) -> u64 {
+    column(html, class)
+        .iter()
+        .filter_map(|c| c.parse::<u64>().ok())
         .sum()
 }
 
@@ -113,7 +123,12 @@ async fn the_web_ui_shows_the_cluster_its_files_and_a_dead_datanode() {
         // An open writer: its three DataNodes count a pipeline, the last one a buffered replica
         // (write.memory.buffer.last-replica-only); both go back to 0 once it closes.
         assert!(html.contains("<th>Active pipelines</th><th>Buffered replicas</th>"));
-        assert_eq!(column_sum(&html, "pipelines"), 0);
+        // The first file's pipelines end just after its close returned: wait for the
+        // heartbeats that say so.
+        wait_until(WAIT, "the first file's pipelines gone", || async {
+            column_sum(&page(&c, "").await, "pipelines") == 0
+        })
+        .await;
         assert!(html.contains("id=\"no-events\""), "no events yet");
         let mut w = fs
             .create("/dir/open", WriteOptions::default())
@@ -121,13 +136,13 @@ async fn the_web_ui_shows_the_cluster_its_files_and_a_dead_datanode() {
             .unwrap();
         w.write_all(&random_bytes(100_000, 2)).await.unwrap();
         w.hflush().await.unwrap();
-        wait_until(LIMIT, "the open pipeline in the DataNode table", || async {
+        wait_until(WAIT, "the open pipeline in the DataNode table", || async {
             let html = page(&c, "").await;
             column_sum(&html, "pipelines") == 3 && column_sum(&html, "buffered") == 1
         })
         .await;
         w.close().await.unwrap();
-        wait_until(LIMIT, "no pipeline once the writer closed", || async {
+        wait_until(WAIT, "no pipeline once the writer closed", || async {
             let html = page(&c, "").await;
             column_sum(&html, "pipelines") == 0 && column_sum(&html, "buffered") == 0
         })
@@ -145,6 +160,21 @@ async fn the_web_ui_shows_the_cluster_its_files_and_a_dead_datanode() {
         let html = page(&c, "").await;
         assert_eq!(html.matches("data-state=\"dead\"").count(), 1);
         assert_eq!(html.matches("data-state=\"live\"").count(), 3);
+        // A dead DataNode's last activity is stale: shown as "-".
+        assert_eq!(
+            column(&html, "pipelines")
+                .iter()
+                .filter(|c| *c == "-")
+                .count(),
+            1
+        );
+        assert_eq!(
+            column(&html, "buffered")
+                .iter()
+                .filter(|c| *c == "-")
+                .count(),
+            1
+        );
         let report = fs.cluster_report().await.unwrap();
         assert!(cell(&html, "capacity").ends_with(&format!("({} B)", report.totals().capacity)));
         // The events panel: the death, then the copies that replace its replicas.
@@ -154,7 +184,7 @@ async fn the_web_ui_shows_the_cluster_its_files_and_a_dead_datanode() {
             html.contains(&format!("DataNode dead: {}", holder.node_id)),
             "{html}"
         );
-        wait_until(LIMIT, "a re-replication done event", || async {
+        wait_until(WAIT, "a re-replication done event", || async {
             page(&c, "")
                 .await
                 .contains("data-kind=\"replication-done\"")

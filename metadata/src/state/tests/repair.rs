@@ -2,6 +2,7 @@
 //! limits, pending timeouts), excess replicas, corrupt replicas, what is never repaired.
 
 use super::*;
+use crate::events::{CorruptionSource, EventKind};
 use sluice_common::config::HumanDuration;
 
 /// A state with `racks.len()` DataNodes `dn<i>` on those racks, registered at the returned
@@ -89,6 +90,13 @@ fn a_dead_datanodes_blocks_are_copied_from_live_holders() {
     }));
     let sched = scheduled(&actions);
     assert_eq!(sched.len(), 2, "{actions:?}");
+    assert_eq!(
+        kinds(&s),
+        vec![EventKind::DatanodeDead {
+            node: node("dn2"),
+            replicas: 2
+        }]
+    );
     assert_eq!(s.fsck("/").unwrap().health, Health::UnderReplicated);
     for (block, source, targets) in &sched {
         let holders = if *block == b1.id {
@@ -265,6 +273,11 @@ fn excess_waits_while_a_holder_is_stale() {
     );
 }
 
+/// The recent events' kinds, newest first.
+fn kinds(s: &State) -> Vec<EventKind> {
+    s.events().into_iter().map(|e| e.kind).collect()
+}
+
 #[test]
 fn a_corrupt_replica_is_replaced_then_deleted() {
     let (mut s, t0) = repair_state(&["/r"; 4], |_| {});
@@ -275,6 +288,12 @@ fn a_corrupt_replica_is_replaced_then_deleted() {
         reason: "checksum".into(),
     }]);
     assert_eq!(s.fsck("/f").unwrap().health, Health::Corrupt);
+    let corrupt = EventKind::CorruptReplica {
+        block: b.id,
+        node: node("dn1"),
+        found_by: CorruptionSource::Reader,
+    };
+    assert_eq!(kinds(&s), vec![corrupt.clone()]);
     let sched = scheduled(&s.tick(at(t0, 1)));
     assert_eq!(sched.len(), 1);
     assert_ne!(
@@ -289,6 +308,11 @@ fn a_corrupt_replica_is_replaced_then_deleted() {
         .is_empty());
     s.block_received(&node("dn3"), &[ReplicaEvent::Received(b)])
         .unwrap();
+    let done = EventKind::ReplicationDone {
+        block: b.id,
+        target: node("dn3"),
+    };
+    assert_eq!(kinds(&s), vec![done, corrupt], "newest first");
     let actions = s.tick(at(t0, 3));
     assert!(actions.contains(&MonitorAction::CorruptReplicasDeleted {
         block: b.id,
@@ -321,6 +345,15 @@ fn the_block_scanner_reports_corrupt_and_stale_replicas() {
     let old = ExtendedBlock::new(b.id, GenerationStamp(b.gen_stamp.0 - 1), 10);
     s.block_received(&node("dn3"), &[ReplicaEvent::Corrupt(old)])
         .unwrap();
+    assert_eq!(
+        kinds(&s),
+        vec![EventKind::CorruptReplica {
+            block: b.id,
+            node: node("dn2"),
+            found_by: CorruptionSource::Scanner,
+        }],
+        "an old stamp's replica is only deleted"
+    );
     let cmds = flushed_heartbeat(&mut s, &hb("dn3"), at(t0, 2)).commands;
     assert!(
         cmds.contains(&DatanodeCommand::Delete { blocks: vec![old] }),

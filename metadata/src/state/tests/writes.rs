@@ -1,6 +1,7 @@
 //! The write path: add_block, complete, fsync, abandon, pipeline recovery, locations.
 
 use super::*;
+use crate::events::EventKind;
 
 #[test]
 fn add_block_complete_flow() {
@@ -259,8 +260,18 @@ fn pipeline_recovery_checks() {
         s.update_pipeline(CLIENT, lb.block, new_block, &[node("ghost")]),
         Err(MetaError::UnknownDatanode { .. })
     ));
+    assert!(s.events().is_empty(), "refused updates are no recovery");
     s.update_pipeline(CLIENT, lb.block, new_block, &nodes)
         .unwrap();
+    let kinds: Vec<EventKind> = s.events().into_iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![EventKind::PipelineRecovered {
+            block: new_block,
+            nodes: nodes.clone()
+        }]
+    );
+    assert_eq!(s.repair_report().counters.pipeline_recoveries, 1);
     let lbs = s.get_block_locations("/f", 0, u64::MAX).unwrap();
     assert_eq!(lbs.blocks[0].block, new_block);
     let got: Vec<NodeId> = lbs.blocks[0]
