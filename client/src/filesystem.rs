@@ -67,8 +67,15 @@ impl FileSystem {
             rand::random::<u32>()
         );
         let addr = cfg.metadata_address.clone();
-        let meta =
-            Arc::new(MetadataClient::connect(addr, cfg.rpc_timeout.get(), client_name).await?);
+        let meta = Arc::new(
+            MetadataClient::connect(
+                addr,
+                cfg.rpc_timeout.get(),
+                cfg.rpc_connection_max_idle.get(),
+                client_name,
+            )
+            .await?,
+        );
         info!(client = %meta.client_name(), metadata = %cfg.metadata_address, "connected");
         Ok(FileSystem {
             cfg: Arc::new(cfg),

@@ -11,6 +11,7 @@ use sluice_common::rpc::{
     self, AdditionalDatanodes, AppendResponse, BadReplica, ClientProtocolClient, ClusterReport,
     CreateOptions, FileStatus, FsckReport, LocatedBlock, LocatedBlocks,
 };
+use sluice_common::rpc_stream::ConnectionWatch;
 use sluice_common::{ExtendedBlock, MetaError, NodeId};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,9 @@ use tracing::debug;
 pub(crate) struct MetadataClient {
     addr: String,
     timeout: Duration,
+    /// A connection unused this long is replaced before the next call
+    /// (`rpc.connection.max-idle`).
+    max_idle: Duration,
     client_name: String,
     slot: Mutex<Slot>,
     /// Held while a new connection is dialled, so that callers that find the same connection
@@ -36,24 +40,33 @@ pub(crate) struct MetadataClient {
 struct Slot {
     generation: u64,
     client: ClientProtocolClient,
+    /// Tells when the service closed the connection (e.g. idle past its `rpc.idle.timeout`).
+    watch: ConnectionWatch,
+    /// When a call last ended on it.
+    last_used: std::time::Instant,
 }
 
 impl MetadataClient {
     /// Connects to `addr` within `timeout`, which is then the deadline of every call;
-    /// `client_name` is the lease holder named in the calls that need one.
+    /// `client_name` is the lease holder named in the calls that need one. A connection unused
+    /// for `max_idle`, or closed by the service, is replaced before the next call.
     pub(crate) async fn connect(
         addr: String,
         timeout: Duration,
+        max_idle: Duration,
         client_name: String,
     ) -> Result<MetadataClient, ClientError> {
-        let client = dial(&addr, timeout).await?;
+        let (client, watch) = dial(&addr, timeout).await?;
         Ok(MetadataClient {
             addr,
             timeout,
+            max_idle,
             client_name,
             slot: Mutex::new(Slot {
                 generation: 0,
                 client,
+                watch,
+                last_used: std::time::Instant::now(),
             }),
             reconnect: tokio::sync::Mutex::new(()),
         })
@@ -299,8 +312,19 @@ impl MetadataClient {
         F: Fn(ClientProtocolClient, tarpc::context::Context) -> Fut,
         Fut: Future<Output = Result<Result<T, MetaError>, RpcError>>,
     {
-        let (generation, client) = self.current();
+        let (mut generation, mut client, stale) = self.current();
+        if stale {
+            // Idle past rpc.connection.max-idle (the service may be closing it for its
+            // rpc.idle.timeout) or closed by the service: dial again before sending.
+            debug!(
+                call = name,
+                "metadata connection idle or closed; reconnecting"
+            );
+            self.reconnect(generation).await?;
+            (generation, client, _) = self.current();
+        }
         let r = self.call_on(client, &f).await;
+        self.used(generation);
         // A connection that broke, or a call past its deadline (the channel may be wedged: a
         // restart behind a port proxy), gets a new connection.
         if !matches!(
@@ -330,33 +354,49 @@ impl MetadataClient {
         rpc::bounded(self.timeout, f(client, ctx)).await
     }
 
-    fn current(&self) -> (u64, ClientProtocolClient) {
+    /// The connection, and whether it must be replaced before a call (closed by the service,
+    /// or idle past `max_idle`).
+    fn current(&self) -> (u64, ClientProtocolClient, bool) {
         let slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
-        (slot.generation, slot.client.clone())
+        let stale = slot.watch.is_closed() || slot.last_used.elapsed() > self.max_idle;
+        (slot.generation, slot.client.clone(), stale)
+    }
+
+    /// Records that a call ended on connection `generation`.
+    fn used(&self, generation: u64) {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.generation == generation {
+            slot.last_used = std::time::Instant::now();
+        }
     }
 
     /// A new connection, unless another caller replaced generation `seen` meanwhile.
     async fn reconnect(&self, seen: u64) -> Result<ClientProtocolClient, ClientError> {
         let _one = self.reconnect.lock().await;
-        let (generation, client) = self.current();
+        let (generation, client, _) = self.current();
         if generation != seen {
             return Ok(client); // someone else reconnected meanwhile
         }
-        let fresh = dial(&self.addr, self.timeout).await?;
+        let (fresh, watch) = dial(&self.addr, self.timeout).await?;
         let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
         slot.generation += 1;
         slot.client = fresh.clone();
+        slot.watch = watch;
+        slot.last_used = std::time::Instant::now();
         Ok(fresh)
     }
 }
 
 /// Connects to the client protocol at `addr` within `timeout`.
-async fn dial(addr: &str, timeout: Duration) -> Result<ClientProtocolClient, ClientError> {
+async fn dial(
+    addr: &str,
+    timeout: Duration,
+) -> Result<(ClientProtocolClient, ConnectionWatch), ClientError> {
     let connect_error = |source: std::io::Error| ClientError::Connect {
         addr: addr.to_string(),
         source: Arc::new(source),
     };
-    match tokio::time::timeout(timeout, rpc::connect_client_protocol(addr)).await {
+    match tokio::time::timeout(timeout, rpc::connect_client_protocol_watched(addr)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(connect_error(e)),
         Err(_) => Err(connect_error(std::io::Error::new(

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod proto;
 pub mod ready;
 pub mod rpc;
+pub mod rpc_stream;
 pub mod status;
 #[cfg(feature = "telemetry")]
 pub mod telemetry;

@@ -5,8 +5,8 @@
 //!   for DataNodes.
 //!
 //! A connection starts with a 4-byte preamble naming the service ([`CLIENT_PREAMBLE`] or
-//! [`DATANODE_PREAMBLE`]); then tarpc's length-delimited bincode transport runs on it with a
-//! [`MAX_RPC_FRAME`] limit. Block data never travels here: it uses the framed data-transfer
+//! [`DATANODE_PREAMBLE`]); then tarpc's length-delimited bincode transport runs on it, the
+//! service's side guarded by [`crate::rpc_stream::RpcStream`] (frame limit, idle timeout). Block data never travels here: it uses the framed data-transfer
 //! protocol of [`crate::frame`].
 
 use crate::error::MetaError;
@@ -23,7 +23,9 @@ use tokio::net::{TcpStream, ToSocketAddrs};
 pub const CLIENT_PREAMBLE: [u8; 4] = *b"SLC1";
 /// Preamble of a DataNode-protocol connection.
 pub const DATANODE_PREAMBLE: [u8; 4] = *b"SLD1";
-/// Largest RPC message (a block report of a DataNode with millions of replicas fits).
+/// Largest RPC message a caller accepts, and the default limit of the DataNode protocol on the
+/// service (`rpc.datanode.max.frame.bytes`: a block report of a DataNode with millions of
+/// replicas fits). The client protocol's inbound limit is much smaller (`rpc.max.frame.bytes`).
 pub const MAX_RPC_FRAME: usize = 256 * 1024 * 1024;
 
 /// Whether a namespace entry is a file or a directory.
@@ -565,21 +567,26 @@ pub async fn bounded<T>(
     }
 }
 
-/// The tarpc transport on an established stream (after the preamble).
-pub fn transport<Item, SinkItem>(
-    stream: TcpStream,
+/// The tarpc transport on an established stream (after the preamble). `max_frame` bounds the
+/// frames it encodes and decodes; a service also wraps its socket in a guarded
+/// [`crate::rpc_stream::RpcStream`], which refuses a larger inbound prefix before the codec
+/// sees (and reserves) it.
+pub fn transport<S, Item, SinkItem>(
+    stream: S,
+    max_frame: usize,
 ) -> tarpc::serde_transport::Transport<
-    TcpStream,
+    S,
     Item,
     SinkItem,
     tarpc::tokio_serde::formats::Bincode<Item, SinkItem>,
 >
 where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
     Item: for<'de> Deserialize<'de>,
     SinkItem: Serialize,
 {
     let framed = tokio_util::codec::LengthDelimitedCodec::builder()
-        .max_frame_length(MAX_RPC_FRAME)
+        .max_frame_length(max_frame)
         .new_framed(stream);
     tarpc::serde_transport::new(framed, tarpc::tokio_serde::formats::Bincode::default())
 }
@@ -618,8 +625,23 @@ pub async fn accept_preamble(stream: &mut TcpStream, preamble: [u8; 4]) -> io::R
 
 /// Connects to the metadata service's client protocol.
 pub async fn connect_client_protocol(addr: impl ToSocketAddrs) -> io::Result<ClientProtocolClient> {
-    let stream = dial(addr, CLIENT_PREAMBLE).await?;
-    Ok(ClientProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
+    Ok(connect_client_protocol_watched(addr).await?.0)
+}
+
+/// Connects to the metadata service's client protocol; the watch tells when the service closed
+/// the connection (an idle one, after its `rpc.idle.timeout`), so that the caller dials again
+/// before its next call instead of failing it.
+pub async fn connect_client_protocol_watched(
+    addr: impl ToSocketAddrs,
+) -> io::Result<(ClientProtocolClient, crate::rpc_stream::ConnectionWatch)> {
+    let stream = crate::rpc_stream::RpcStream::watched(dial(addr, CLIENT_PREAMBLE).await?);
+    let watch = stream.watch();
+    let client = ClientProtocolClient::new(
+        tarpc::client::Config::default(),
+        transport(stream, MAX_RPC_FRAME),
+    )
+    .spawn();
+    Ok((client, watch))
 }
 
 /// Connects to the metadata service's DataNode protocol (with no cluster secret).
@@ -647,7 +669,11 @@ pub async fn connect_datanode_protocol_with(
             ),
             _ => e,
         })?;
-    Ok(DatanodeProtocolClient::new(tarpc::client::Config::default(), transport(stream)).spawn())
+    Ok(DatanodeProtocolClient::new(
+        tarpc::client::Config::default(),
+        transport(stream, MAX_RPC_FRAME),
+    )
+    .spawn())
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ impl MetadataServer {
         tracker.spawn(crate::rpc::serve(
             rpc,
             shared.clone(),
-            cfg.rpc_inflight_max as usize,
+            crate::rpc::RpcLimits::from_config(cfg),
             shutdown.clone(),
             tracker.clone(),
         ));

@@ -53,6 +53,11 @@ pub struct ClientConfig {
     /// Deadline of each metadata RPC.
     #[serde(rename = "rpc.timeout")]
     pub rpc_timeout: HumanDuration,
+    /// A metadata connection unused for this long is replaced by a new one before the next call
+    /// (HDFS `ipc.client.connection.maxidletime`), so that a call never goes out on a
+    /// connection the service is closing for its `rpc.idle.timeout` (keep it shorter).
+    #[serde(rename = "rpc.connection.max-idle")]
+    pub rpc_connection_max_idle: HumanDuration,
     /// Times a new block's pipeline set-up is retried elsewhere before the write fails.
     #[serde(rename = "block.write.retries")]
     pub block_write_retries: u32,
@@ -101,6 +106,7 @@ impl Default for ClientConfig {
             write_max_packets_in_flight: 80,
             socket_timeout: HumanDuration::secs(60),
             rpc_timeout: HumanDuration::secs(30),
+            rpc_connection_max_idle: HumanDuration::secs(10),
             block_write_retries: 3,
             exclude_nodes_expiry: HumanDuration::secs(600),
             replace_enable: true,
@@ -176,6 +182,10 @@ impl ClientConfig {
         for (key, d) in [
             ("client.socket.timeout", self.socket_timeout),
             ("client.rpc.timeout", self.rpc_timeout),
+            (
+                "client.rpc.connection.max-idle",
+                self.rpc_connection_max_idle,
+            ),
         ] {
             if d.get().is_zero() {
                 return Err(ConfigError::invalid(key, d, "must be positive"));

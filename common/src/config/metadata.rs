@@ -70,6 +70,22 @@ pub struct MetadataConfig {
     /// requests one connection may have outstanding (more are answered with an error).
     #[serde(rename = "rpc.inflight.max")]
     pub rpc_inflight_max: u32,
+    /// Largest frame (one request) the service reads on a client-protocol connection; a longer
+    /// announced length closes the connection before anything is reserved.
+    #[serde(rename = "rpc.max.frame.bytes")]
+    pub rpc_max_frame: ByteSize,
+    /// Largest frame the service reads on a DataNode-protocol connection (a full block report
+    /// is one frame); with a cluster secret, only after the DataNode proved it.
+    #[serde(rename = "rpc.datanode.max.frame.bytes")]
+    pub rpc_datanode_max_frame: ByteSize,
+    /// Most RPC connections open at once (both protocols, counted from accept); more are
+    /// closed at once.
+    #[serde(rename = "rpc.connections.max")]
+    pub rpc_connections_max: u32,
+    /// An RPC connection that reads and writes nothing for this long, or takes longer than this
+    /// to send one frame, is closed (clients dial again on their next call).
+    #[serde(rename = "rpc.idle.timeout")]
+    pub rpc_idle_timeout: HumanDuration,
     /// Group commit (HDFS `logSync` batching): a change's batches stay in memory until one
     /// flush writes and syncs every change queued so far. Off, each batch is written to the
     /// store under the state lock (waiting for a running flush) and flushes are only
@@ -117,6 +133,10 @@ impl Default for MetadataConfig {
             replication_pending_timeout: HumanDuration::secs(300),
             block_recovery_timeout: HumanDuration::secs(180),
             rpc_inflight_max: 1024,
+            rpc_max_frame: ByteSize::mib(4),
+            rpc_datanode_max_frame: ByteSize::mib(256),
+            rpc_connections_max: 4096,
+            rpc_idle_timeout: HumanDuration::secs(60),
             group_commit: true,
             block_token_enable: true,
             block_token_lifetime: HumanDuration::secs(3600),
@@ -206,6 +226,35 @@ impl MetadataConfig {
                 "metadata.rpc.inflight.max",
                 0,
                 "must be at least 1",
+            ));
+        }
+        for (key, value) in [
+            ("metadata.rpc.max.frame.bytes", self.rpc_max_frame),
+            (
+                "metadata.rpc.datanode.max.frame.bytes",
+                self.rpc_datanode_max_frame,
+            ),
+        ] {
+            if value.bytes() < 64 * 1024 || value.as_usize() > crate::rpc::MAX_RPC_FRAME {
+                return Err(ConfigError::invalid(
+                    key,
+                    value,
+                    "must be between 64KiB and 256MiB",
+                ));
+            }
+        }
+        if self.rpc_connections_max == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.rpc.connections.max",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.rpc_idle_timeout.get().is_zero() {
+            return Err(ConfigError::invalid(
+                "metadata.rpc.idle.timeout",
+                self.rpc_idle_timeout,
+                "must be positive",
             ));
         }
         if self.block_token_lifetime.get().is_zero() {

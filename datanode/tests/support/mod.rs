@@ -163,7 +163,7 @@ pub async fn fake_meta_on(addr: SocketAddr) -> (SocketAddr, FakeMeta) {
                 {
                     return;
                 }
-                BaseChannel::with_defaults(transport(stream))
+                BaseChannel::with_defaults(transport(stream, sluice_common::rpc::MAX_RPC_FRAME))
                     .execute(m.serve())
                     .for_each(|f| async move {
                         tokio::spawn(f);

@@ -4,6 +4,12 @@
 //! permit of its protocol's pool (`rpc.inflight.max` each, so a client storm cannot hold up
 //! heartbeats); one connection may have at most that many requests outstanding (tarpc's
 //! `max_concurrent_requests`: more are answered with an error).
+//!
+//! Every connection is bounded (`docs/security.md`): at most `rpc.connections.max` are open at
+//! once (more are closed at accept); the preamble must come within [`PREAMBLE_TIMEOUT`]; then
+//! the socket is a guarded [`RpcStream`]: an inbound frame longer than `rpc.max.frame.bytes`
+//! (`rpc.datanode.max.frame.bytes` for DataNodes) closes the connection from its prefix, and a
+//! connection silent, or slower than one frame per `rpc.idle.timeout`, is closed.
 
 mod client;
 mod datanode;
@@ -13,9 +19,11 @@ pub use datanode::DatanodeService;
 
 use crate::service::Shared;
 use futures::{Stream, StreamExt};
+use sluice_common::config::MetadataConfig;
 use sluice_common::rpc::{
-    transport, ClientProtocol, DatanodeProtocol, CLIENT_PREAMBLE, DATANODE_PREAMBLE,
+    transport, ClientProtocol, DatanodeProtocol, CLIENT_PREAMBLE, DATANODE_PREAMBLE, MAX_RPC_FRAME,
 };
+use sluice_common::rpc_stream::{RpcStream, StreamLimits};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,22 +45,62 @@ struct Pools {
     datanode: Arc<Semaphore>,
     /// Most requests one connection may have outstanding (more are answered with an error).
     limit: usize,
+    /// What a client-protocol connection may send.
+    client_stream: StreamLimits,
+    /// What a DataNode-protocol connection may send.
+    datanode_stream: StreamLimits,
 }
 
-/// Accepts connections until `shutdown`; each protocol handles at most `inflight` requests at
-/// once.
+/// The limits of the RPC port, from the service's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct RpcLimits {
+    /// Requests of each protocol handled at once (`rpc.inflight.max`).
+    pub inflight: usize,
+    /// Connections open at once (`rpc.connections.max`).
+    pub connections: usize,
+    /// Largest client-protocol frame (`rpc.max.frame.bytes`).
+    pub max_frame: usize,
+    /// Largest DataNode-protocol frame (`rpc.datanode.max.frame.bytes`).
+    pub datanode_max_frame: usize,
+    /// Longest silence or single frame (`rpc.idle.timeout`).
+    pub idle: Duration,
+}
+
+impl RpcLimits {
+    /// The limits `cfg` sets.
+    pub fn from_config(cfg: &MetadataConfig) -> Self {
+        RpcLimits {
+            inflight: cfg.rpc_inflight_max as usize,
+            connections: cfg.rpc_connections_max as usize,
+            max_frame: cfg.rpc_max_frame.as_usize(),
+            datanode_max_frame: cfg.rpc_datanode_max_frame.as_usize(),
+            idle: cfg.rpc_idle_timeout.get(),
+        }
+    }
+}
+
+/// Accepts connections until `shutdown`, within `limits`.
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
-    inflight: usize,
+    limits: RpcLimits,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
     let pools = Pools {
-        client: Arc::new(Semaphore::new(inflight)),
-        datanode: Arc::new(Semaphore::new(inflight)),
-        limit: inflight,
+        client: Arc::new(Semaphore::new(limits.inflight)),
+        datanode: Arc::new(Semaphore::new(limits.inflight)),
+        limit: limits.inflight,
+        client_stream: StreamLimits {
+            max_frame: limits.max_frame,
+            idle: limits.idle,
+        },
+        datanode_stream: StreamLimits {
+            max_frame: limits.datanode_max_frame,
+            idle: limits.idle,
+        },
     };
+    let slots = Arc::new(Semaphore::new(limits.connections));
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -60,6 +108,12 @@ pub async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, max = limits.connections,
+                        "rpc connection refused: rpc.connections.max connections are open");
+                    drop(stream);
+                    continue;
+                };
                 let conn = connection(
                     stream,
                     peer,
@@ -68,7 +122,10 @@ pub async fn serve(
                     shutdown.clone(),
                     tracker.clone(),
                 );
-                tracker.spawn(conn);
+                tracker.spawn(async move {
+                    conn.await;
+                    drop(slot);
+                });
             }
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -129,13 +186,15 @@ async fn connection(
     }
     match preamble {
         CLIENT_PREAMBLE => {
-            let requests = BaseChannel::with_defaults(transport(stream))
+            let stream = RpcStream::guarded(stream, peer, pools.client_stream);
+            let requests = BaseChannel::with_defaults(transport(stream, MAX_RPC_FRAME))
                 .max_concurrent_requests(pools.limit)
                 .execute(ClientService::new(shared).serve());
             run_channel(requests, pools.client, shutdown, tracker).await;
         }
         DATANODE_PREAMBLE => {
-            let requests = BaseChannel::with_defaults(transport(stream))
+            let stream = RpcStream::guarded(stream, peer, pools.datanode_stream);
+            let requests = BaseChannel::with_defaults(transport(stream, MAX_RPC_FRAME))
                 .max_concurrent_requests(pools.limit)
                 .execute(DatanodeService::new(shared).serve());
             run_channel(requests, pools.datanode, shutdown, tracker).await;

@@ -9,6 +9,7 @@ mod append;
 mod batching;
 mod foundation;
 mod hflush_processes;
+mod hostile;
 mod lazyfs;
 mod metrics;
 mod read;

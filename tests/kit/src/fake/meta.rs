@@ -466,7 +466,8 @@ pub async fn start_meta(datanodes: Vec<DatanodeId>) -> MetaHandle {
                 {
                     return;
                 }
-                let channel = BaseChannel::with_defaults(transport(sock));
+                let channel =
+                    BaseChannel::with_defaults(transport(sock, sluice_common::rpc::MAX_RPC_FRAME));
                 let serve = channel
                     .execute(FakeMeta(st).serve())
                     .for_each(|f| async move {
