@@ -7,7 +7,7 @@
 //!   (dataset) and the start-up scan.
 //! - [`write`]: the `WriteBlock` receiver, its ack responder, and the `ReplicaWriter` actor
 //!   around a [`write::sink::ReplicaSink`].
-//! - [`read`]: the `BlockReader` actor (streaming read), the classic chunk read, prefetch.
+//! - [`read`]: the `BlockReader` task (streaming read), the classic chunk read, prefetch.
 //! - `transfer`: the source side of `TransferBlock`.
 //! - [`recovery`]: block recovery — the recovery ops, the primary's worker, the length rules.
 //! - `scanner`: the block scanner (verifies finalized replicas' checksums at a bounded rate).

@@ -1,4 +1,4 @@
-//! The read path: the `BlockReader` actor for streaming reads with its read-ahead window and
+//! The read path: the `BlockReader` task for streaming reads with its read-ahead window and
 //! kernel advice, the classic one-chunk read, `ReplicaInfo`, and range reading with checksums.
 
 pub mod prefetch;

@@ -1,8 +1,13 @@
-//! The `BlockReader` actor: one per streaming read (`ReadBlock`). It owns the replica's block
-//! and metadata files, opened once, and a [`PieceSource`] that cuts the range into aligned
-//! pieces with their stored checksums. The actor only drives: each piece is read on the
-//! blocking pool (never on the actor thread) into a buffer of the stream's [`ReadWindow`] and
-//! handed to the connection task through a channel.
+//! The `BlockReader`: one per streaming read (`ReadBlock`), a plain tokio task, not an actor —
+//! it takes no messages: it is given its range when it starts, sends pieces down one channel
+//! and stops when the range ends, a read fails, or the consumer goes away. The connection task
+//! that serves the `ReadBlock` spawns it and holds its handle, so the reader never outlives the
+//! connection (dropping the handle aborts it).
+//!
+//! It owns the replica's block and metadata files, opened once, and a [`PieceSource`] that cuts
+//! the range into aligned pieces with their stored checksums. The task only drives: each piece
+//! is read on the blocking pool (never on a runtime thread) into a buffer of the stream's
+//! [`ReadWindow`] and handed to the connection task through the channel.
 //!
 //! **Prefetch.** While the connection task writes one piece to the socket, the reader goes on
 //! reading the next ones, up to the window (`read.prefetch.bytes` of pieces; see
@@ -13,8 +18,8 @@
 //! send, read the next — no overlap, no advice — which is what the benchmark compares with.
 //!
 //! TCP backpressure paces the whole stream: a slow reader fills the socket, the connection task
-//! waits, the window fills, and the actor waits for a slot. When the connection task goes away
-//! the channel closes and the actor stops.
+//! waits, the window fills, and the reader waits for a slot. When the connection task goes away
+//! the channel closes and the reader stops.
 
 use super::prefetch::Prefetcher;
 use super::range::{payload_len, read_piece_into, Piece};
@@ -22,11 +27,11 @@ use super::window::{ReadWindow, WindowPiece};
 use crate::error::{DatanodeError, Result};
 use crate::metrics::Metrics;
 use crate::storage::dataset::ReadReplica;
-use actix::prelude::*;
 use bytes::BytesMut;
 use std::fs::File;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 /// Cuts `[start, end)` of a replica into pieces, advising the kernel ahead of each read.
 #[derive(Debug)]
@@ -99,10 +104,11 @@ impl PieceSource {
 /// ended the stream.
 pub type ReaderItem = Result<WindowPiece>;
 
-/// The actor.
+/// One streaming read's reader task: what it reads, where the pieces go, and where the disk
+/// reads run.
 #[derive(Debug)]
 pub struct BlockReader {
-    source: Option<PieceSource>,
+    source: PieceSource,
     window: Arc<ReadWindow>,
     out: mpsc::Sender<ReaderItem>,
     io: tokio::runtime::Handle,
@@ -118,70 +124,60 @@ impl BlockReader {
         io: tokio::runtime::Handle,
     ) -> Self {
         BlockReader {
-            source: Some(source),
+            source,
             window,
             out,
             io,
         }
     }
-}
 
-/// Reads pieces into the window until the range ends, a read fails, or the consumer leaves.
-pub async fn pump(
-    mut source: PieceSource,
-    window: Arc<ReadWindow>,
-    out: mpsc::Sender<ReaderItem>,
-    io: tokio::runtime::Handle,
-) {
-    while let Some(size) = source.next_payload_len() {
-        let slot = tokio::select! {
-            biased;
-            _ = out.closed() => return,
-            s = window.slot() => match s {
-                Ok(s) => s,
-                Err(_) => return,
-            },
-        };
-        let buf = window.buffer(size);
-        let job = io.spawn_blocking(move || {
-            let r = source.next_piece_into(buf);
-            (source, r)
-        });
-        let (s, r) = match job.await {
-            Ok(v) => v,
-            Err(_) => {
-                let _ = out.send(Err(DatanodeError::ShuttingDown)).await;
+    /// Spawns [`BlockReader::run`] on `io`; dropping the handle stops the reader.
+    pub fn spawn(self) -> AbortOnDropHandle<()> {
+        let io = self.io.clone();
+        AbortOnDropHandle::new(io.spawn(self.run()))
+    }
+
+    /// Reads pieces into the window until the range ends, a read fails, or the consumer
+    /// leaves.
+    pub async fn run(self) {
+        let BlockReader {
+            mut source,
+            window,
+            out,
+            io,
+        } = self;
+        while let Some(size) = source.next_payload_len() {
+            let slot = tokio::select! {
+                biased;
+                _ = out.closed() => return,
+                s = window.slot() => match s {
+                    Ok(s) => s,
+                    Err(_) => return,
+                },
+            };
+            let buf = window.buffer(size);
+            let job = io.spawn_blocking(move || {
+                let r = source.next_piece_into(buf);
+                (source, r)
+            });
+            let (s, r) = match job.await {
+                Ok(v) => v,
+                Err(_) => {
+                    let _ = out.send(Err(DatanodeError::ShuttingDown)).await;
+                    return;
+                }
+            };
+            source = s;
+            let item = match r {
+                Ok(Some(p)) => Ok(WindowPiece::new(p, Arc::clone(&window), slot)),
+                Ok(None) => return,
+                Err(e) => Err(e),
+            };
+            let failed = item.is_err();
+            if out.send(item).await.is_err() || failed {
                 return;
             }
-        };
-        source = s;
-        let item = match r {
-            Ok(Some(p)) => Ok(WindowPiece::new(p, Arc::clone(&window), slot)),
-            Ok(None) => return,
-            Err(e) => Err(e),
-        };
-        let failed = item.is_err();
-        if out.send(item).await.is_err() || failed {
-            return;
         }
-    }
-}
-
-impl Actor for BlockReader {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        let Some(source) = self.source.take() else {
-            ctx.stop();
-            return;
-        };
-        let fut = pump(
-            source,
-            Arc::clone(&self.window),
-            self.out.clone(),
-            self.io.clone(),
-        );
-        ctx.wait(fut.into_actor(self).map(|(), _act, ctx| ctx.stop()));
     }
 }
 
@@ -228,7 +224,7 @@ mod tests {
         let window = ReadWindow::new(ahead);
         let (tx, rx) = mpsc::channel(ahead + 1);
         let io = tokio::runtime::Handle::current();
-        tokio::spawn(pump(source, Arc::clone(&window), tx, io));
+        tokio::spawn(BlockReader::new(source, Arc::clone(&window), tx, io).run());
         (window, rx)
     }
 
@@ -299,6 +295,35 @@ mod tests {
             drain(&mut rx, &mut got).await;
             assert!(got == data);
             assert_eq!(m.prefetch_advised_bytes.get(), 0, "no advice either");
+        })
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_the_handle_stops_the_reader_even_while_its_channel_is_open() {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            let dir = tempfile::tempdir().unwrap();
+            let len = 64 * PIECE as usize;
+            let (ds, m, _) = replica(dir.path(), len);
+            let r = ds.open_read(BlockId(1)).unwrap();
+            let prefetch = Prefetcher::new(0, len as u64, 0, PIECE, u64::MAX);
+            let source = PieceSource::new(r, 0, len as u64, PIECE, prefetch, m.clone()).unwrap();
+            let window = ReadWindow::new(0);
+            let (tx, mut rx) = mpsc::channel(1);
+            let io = tokio::runtime::Handle::current();
+            let handle = BlockReader::new(source, Arc::clone(&window), tx, io).spawn();
+            let first = rx.recv().await.unwrap().unwrap();
+            drop(handle);
+            drop(first); // a slot for the next piece: only the abort keeps it from being read
+                         // The task is gone, and its sender with it: the channel ends, short of the range.
+            let mut more = 0;
+            while let Some(item) = rx.recv().await {
+                item.unwrap();
+                more += 1;
+            }
+            assert!(more <= 1, "{more} pieces after the handle was dropped");
+            assert!(m.stream_pieces_read.get() < 64, "the reader stopped early");
         })
         .await
         .unwrap();

@@ -1,4 +1,4 @@
-//! The read ops on a connection: `ReadBlock` (streaming, through a [`BlockReader`] actor),
+//! The read ops on a connection: `ReadBlock` (streaming, through a [`BlockReader`] task),
 //! `ReadChunk` (classic, one chunk per request) and `ReplicaInfo`. Each answers on the
 //! connection and leaves it open for the next op; an `Err` means the connection itself failed.
 //!
@@ -15,7 +15,6 @@ use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
 use crate::wire::{self, FrameWriter};
-use actix::Actor;
 use bytes::Bytes;
 use sluice_common::checksum;
 use sluice_common::config::PrefetchAdvice;
@@ -26,6 +25,7 @@ use sluice_common::proto::{
 use sluice_common::{ExtendedBlock, Status};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
+use tokio_util::task::AbortOnDropHandle;
 
 /// Room for a frame's prefix and header beside its payload.
 const FRAME_SLACK: u64 = 4096;
@@ -111,9 +111,14 @@ fn ahead_pieces(prefetch: u64, piece: u64) -> usize {
     prefetch.div_ceil(piece.max(1)).min(MAX_AHEAD_PIECES) as usize
 }
 
-/// Starts the `BlockReader` actor for `plan` in pieces of `piece` bytes, with its read window
-/// and kernel advice; returns where its pieces arrive.
-fn start_reader(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<mpsc::Receiver<ReaderItem>> {
+/// Starts the `BlockReader` task for `plan` in pieces of `piece` bytes, with its read window
+/// and kernel advice; returns where its pieces arrive and the task's handle (dropping it stops
+/// the reader).
+fn start_reader(
+    ctx: &Ctx,
+    plan: ReadPlan,
+    piece: u64,
+) -> Result<(mpsc::Receiver<ReaderItem>, AbortOnDropHandle<()>)> {
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
     let window = ReadWindow::new(ahead_pieces(prefetch_bytes, piece));
     let advise = match ctx.cfg.read_prefetch_fadvise {
@@ -139,11 +144,8 @@ fn start_reader(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<mpsc::Receiver<
         ctx.metrics.clone(),
     )?;
     let (tx, rx) = mpsc::channel(window.ahead() + 1);
-    let io = ctx.io.clone();
-    let _reader = BlockReader::start_in_arbiter(&ctx.arbiter, move |_| {
-        BlockReader::new(source, window, tx, io)
-    });
-    Ok(rx)
+    let reader = BlockReader::new(source, window, tx, ctx.io.clone()).spawn();
+    Ok((rx, reader))
 }
 
 /// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
@@ -158,8 +160,9 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     let bpc32 = plan.replica.entry.bytes_per_checksum;
     let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
     let response = plan.response.clone();
-    let mut rx = match start_reader(ctx, plan, piece) {
-        Ok(rx) => rx,
+    // `_reader` lives as long as this op: the reader never outlives the connection.
+    let (mut rx, _reader) = match start_reader(ctx, plan, piece) {
+        Ok(r) => r,
         Err(e) => return refuse(ctx, w, &e).await,
     };
     wire::respond(w, response, t).await?;
