@@ -138,7 +138,7 @@ impl<M: DeserializeOwned> Decoder for FrameCodec<M> {
         }
         if src.len() < 4 + frame_len {
             // Grow with the bytes that arrive, never by what a peer merely announces: a
-            // 4-byte prefix claiming 16 MiB must not cost 16 MiB (issue 11).
+            // 4-byte prefix claiming 16 MiB must not cost 16 MiB.
             src.reserve((4 + frame_len - src.len()).min(GROW_STEP));
             return Ok(None);
         }

@@ -1,4 +1,4 @@
-"""The six docker-compose scenarios of issue 6. Each takes the running `Cluster` and the
+"""The six docker-compose scenarios (docs/operations.md). Each takes the running `Cluster` and the
 `Manifest` of files written so far, returns the list of what it checked, raises `Failed` when a
 check does not hold, and puts every container it touched back (unpause, reconnect, start) before
 it returns, pass or fail.

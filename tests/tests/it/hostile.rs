@@ -1,4 +1,4 @@
-//! Hostile traffic on every port (issue 11, bounded resources): each limit closes what would
+//! Hostile traffic on every port (bounded resources, docs/security.md): each limit closes what would
 //! otherwise hold a connection, memory or a buffer for ever, and the cluster keeps serving.
 //!
 //! Metadata RPC port: an oversized frame prefix, silent and trickling connections, the

@@ -1,4 +1,4 @@
-//! `/metrics` of both services (issue 12) on a MiniCluster, after a write, a read-back and a
+//! `/metrics` of both services (docs/metrics.md) on a MiniCluster, after a write, a read-back and a
 //! DataNode killed under an open writer: each exposition parses as Prometheus text format
 //! 0.0.4 (checked line by line here, histograms included), every family exposed is listed in
 //! `docs/metrics.md` with the same type and every listed one is exposed, and the values agree

@@ -1,4 +1,4 @@
-//! The metadata service's web UI (`GET /`, issue 12) over real sockets on a MiniCluster: the
+//! The metadata service's web UI (`GET /`) over real sockets on a MiniCluster: the
 //! summary and the DataNode table agree with the cluster report after a write and after a
 //! DataNode is killed, and the file browser shows directories, files, blocks and their
 //! replica locations; a DataNode's own page (`GET /` on its HTTP port) shows its volume and
