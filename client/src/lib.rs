@@ -3,7 +3,7 @@
 //! - [`filesystem`]: the entry point — metadata RPCs, `create`, `open`, namespace operations.
 //! - [`write`]: [`FileWriter`] and its streamer task (packets, pipeline, ack queue).
 //! - [`read`]: [`FileReader`] (stream mode, chunk mode, positioned reads, failover).
-//! - [`checksum`]: file checksums ([`FileChecksum`], COMPOSITE-CRC32C).
+//! - `checksum`: file checksums ([`FileChecksum`], COMPOSITE-CRC32C).
 //! - [`error`]: the error type, [`ClientError`].
 //! - `meta`: the connection to the metadata service, one typed method per RPC (a leaf that
 //!   `filesystem`, `write`, `read` and `lease` use).
@@ -13,7 +13,7 @@
 //! The library depends on `sluice-common` only; the wire protocols are described in
 //! `docs/protocol.md` and the client's behaviour in `docs/client.md`.
 
-pub mod checksum;
+pub(crate) mod checksum;
 mod connection;
 pub(crate) mod error;
 pub(crate) mod filesystem;

@@ -1,8 +1,8 @@
 //! Sluice common: everything the metadata service, the DataNode and the client share.
 //!
-//! - [`ids`]: block ids, generation stamps, node ids, DataNode descriptors.
+//! - `ids`: block ids, generation stamps, node ids, DataNode descriptors.
 //! - [`checksum`]: CRC32C per checksum chunk (512 bytes by default, as HDFS).
-//! - [`status`]: stable wire status codes carried by data-transfer responses and acks.
+//! - `status`: stable wire status codes carried by data-transfer responses and acks.
 //! - [`frame`]: the length-prefixed data-transfer frame codec (bincode header + raw payload).
 //! - [`framed`]: sending and receiving frames within a time limit.
 //! - [`html`]: escaping for the services' web pages.
@@ -10,7 +10,7 @@
 //! - [`rpc`]: the tarpc control-plane services (client protocol, DataNode protocol) and their types.
 //! - [`auth`]: the cluster secret and the challenge DataNodes answer to join the cluster.
 //! - [`token`]: block access tokens (HMAC-SHA256), their keys and their checks.
-//! - [`error`]: typed errors shared across crates.
+//! - `error`: typed errors shared across crates.
 //! - [`config`]: the configuration file and environment loading, with validation.
 //! - [`ready`]: the JSON line a service binary prints to stdout once its sockets are bound.
 //! - [`webhdfs`]: WebHDFS parameters, JSON documents and `RemoteException` errors.
@@ -21,18 +21,18 @@
 pub mod auth;
 pub mod checksum;
 pub mod config;
-pub mod error;
+pub(crate) mod error;
 pub mod frame;
 pub mod framed;
 pub mod html;
-pub mod ids;
+pub(crate) mod ids;
 #[cfg(feature = "telemetry")]
 pub mod metrics;
 pub mod proto;
 pub mod ready;
 pub mod rpc;
 pub mod rpc_stream;
-pub mod status;
+pub(crate) mod status;
 #[cfg(feature = "telemetry")]
 pub mod telemetry;
 pub mod token;

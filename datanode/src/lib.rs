@@ -6,7 +6,7 @@
 //! - [`storage`]: volumes, replica layout and metadata files, replica states, the replica map
 //!   (dataset) and the start-up scan.
 //! - [`write`]: the `WriteBlock` receiver, its ack responder, and the `ReplicaWriter` actor
-//!   around a [`write::sink::ReplicaSink`].
+//!   around a replica sink (`write::sink::ReplicaSink`).
 //! - [`read`]: the `BlockReader` task (streaming read), the classic chunk read, prefetch.
 //! - `transfer`: the source side of `TransferBlock`.
 //! - [`recovery`]: block recovery — the recovery ops, the primary's worker, the length rules.

@@ -39,7 +39,7 @@ pub(crate) mod server;
 mod service;
 pub(crate) mod state;
 pub mod store;
-pub mod tokens;
+pub(crate) mod tokens;
 mod ui;
 mod webhdfs;
 

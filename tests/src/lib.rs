@@ -14,7 +14,7 @@
 //! ```
 
 mod cluster;
-pub mod data;
+pub(crate) mod data;
 pub mod http;
 pub mod lazyfs;
 pub mod power;

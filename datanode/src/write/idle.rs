@@ -40,12 +40,8 @@ impl IdleFlush {
         })
     }
 
-    /// The timeout.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// True while a timer is armed.
+    #[cfg(test)]
     pub fn is_armed(&self) -> bool {
         self.armed
     }

@@ -4,15 +4,15 @@
 //! [`buffer_pool`], its idle-flush timer in [`idle`]).
 
 pub mod buffer_pool;
-pub mod buffered_sink;
-pub mod idle;
+pub(crate) mod buffered_sink;
+pub(crate) mod idle;
 pub(crate) mod packet;
 pub(crate) mod pipeline;
 pub(crate) mod receiver;
 pub(crate) mod responder;
-pub mod sink;
-pub mod writer_actor;
-pub mod writer_core;
+pub(crate) mod sink;
+pub(crate) mod writer_actor;
+pub(crate) mod writer_core;
 
 #[cfg(test)]
 mod tests;

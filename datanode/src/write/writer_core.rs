@@ -85,11 +85,6 @@ impl WriterCore {
         self.sink.pending()
     }
 
-    /// Bytes received so far.
-    pub fn bytes_received(&self) -> u64 {
-        self.sink.bytes_received()
-    }
-
     /// Writes one packet (data from the chunk boundary `offset`, and its checksums); with
     /// `sync`, makes everything received durable before returning (hsync).
     pub fn write_packet(

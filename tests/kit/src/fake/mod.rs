@@ -1,8 +1,8 @@
-//! A fake metadata service ([`meta`]) and a fake DataNode ([`datanode`]) on real sockets, with
+//! A fake metadata service (`meta`) and a fake DataNode (`datanode`) on real sockets, with
 //! knobs to inject behaviour, for tests of the client and the `sluice` command.
 
-pub mod datanode;
-pub mod meta;
+mod datanode;
+mod meta;
 
 pub use datanode::{start_dn, DnHandle, DnState};
 pub use meta::{start_meta, FakeFile, MetaHandle, MetaState};
