@@ -1,6 +1,6 @@
 //! The `hdfs dfs` verbs through the real `sluice` binary against a real cluster (`sluice
 //! local`, three DataNodes): several sources, into directories, du/count/df/report agreeing,
-//! test exit codes, touchz, tail, cp, checksum, setrep -w; and an interrupted or crashed
+//! test exit codes, touchz, tail and tail -f, cp, checksum, setrep -w; and an interrupted or crashed
 //! `put` leaving no `._COPYING_` file behind (or one that the retry takes over after the lease
 //! soft limit).
 
@@ -422,6 +422,73 @@ async fn logs_are_json_lines_on_request_and_never_coloured_off_a_terminal() {
         let forced =
             local_log_lines(&dir.path().join("c"), &[("SLUICE_LOG__COLOR", "always")], 5).await;
         assert!(forced.iter().any(|l| l.contains('\x1b')), "{forced:?}");
+    })
+    .await;
+}
+
+/// `tail -f` prints the last kilobyte, then every byte appended afterwards, as it arrives
+/// (here: two `appendToFile`s while it runs), and keeps running until stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_follow_prints_what_is_appended_while_it_runs() {
+    within(180, async {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, addr) = start_local(&dir.path().join("cluster"), None).await;
+        let a = &addr;
+        let parts = [
+            random_bytes(3_000, 11),
+            random_bytes(70_000, 12),
+            random_bytes(5, 13),
+        ];
+        let locals: Vec<String> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let f = dir.path().join(format!("part{i}"));
+                std::fs::write(&f, p).unwrap();
+                f.to_str().unwrap().to_string()
+            })
+            .collect();
+        ok(a, &["put", &locals[0], "/t"]).await;
+        let mut tail = sluice_cmd(a, &["tail", "-f", "/t"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn tail -f");
+        let mut stdout = tail.stdout.take().expect("stdout");
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = got.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n) = stdout.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let mut want = parts[0][parts[0].len() - 1024..].to_vec();
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                ok(a, &["appendToFile", &locals[i], "/t"]).await;
+                want.extend_from_slice(part);
+            }
+            let what = format!("tail -f printed the {} bytes so far", want.len());
+            let need = want.len();
+            wait_until(Duration::from_secs(30), &what, || {
+                let n = got.lock().unwrap().len();
+                async move { n >= need }
+            })
+            .await;
+            assert!(*got.lock().unwrap() == want, "tail -f printed other bytes");
+        }
+        assert!(
+            tail.try_wait().unwrap().is_none(),
+            "tail -f keeps running after the file stops growing"
+        );
+        drop(tail);
+        stop(child).await;
     })
     .await;
 }
