@@ -25,6 +25,8 @@ pub(crate) mod error;
 pub mod frame;
 pub mod framed;
 pub mod html;
+#[cfg(feature = "http")]
+pub mod http_limits;
 pub(crate) mod ids;
 #[cfg(feature = "telemetry")]
 pub mod metrics;

@@ -7,6 +7,7 @@ use crate::context::Ctx;
 use crate::metrics::VolumeLabel;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde::Serialize;
+use sluice_common::http_limits::{serve_bounded, HttpLimits};
 use std::collections::BTreeMap;
 
 #[derive(Serialize)]
@@ -93,15 +94,24 @@ async fn metrics(ctx: web::Data<Ctx>) -> HttpResponse {
         .body(m.render())
 }
 
-/// Builds the server on an already bound listener; the caller spawns and stops it.
+/// Builds the server on an already bound listener, within the `http.*` limits of the
+/// DataNode's configuration (`docs/security.md`); the caller spawns and stops it.
 pub(crate) fn server(
     ctx: Ctx,
     listener: std::net::TcpListener,
 ) -> std::io::Result<actix_web::dev::Server> {
+    let cfg = &ctx.cfg;
+    let limits = HttpLimits {
+        request_timeout: cfg.http_request_timeout.get(),
+        keep_alive: cfg.http_keep_alive_timeout.get(),
+        body_idle: cfg.http_body_idle_timeout.get(),
+        connections: cfg.http_connections_max as usize,
+    };
     let gateway = web::Data::new(crate::webhdfs::Gateway::new(ctx.clone()));
     let data = web::Data::new(ctx);
     Ok(HttpServer::new(move || {
         App::new()
+            .wrap_fn(move |req, srv| serve_bounded(req, srv, limits.body_idle))
             .app_data(data.clone())
             .configure(|c| crate::webhdfs::configure(c, gateway.clone()))
             .route("/", web::get().to(crate::ui::index))
@@ -110,6 +120,10 @@ pub(crate) fn server(
             .route("/metrics", web::get().to(metrics))
     })
     .workers(1)
+    .client_request_timeout(limits.request_timeout)
+    .client_disconnect_timeout(std::time::Duration::from_secs(1))
+    .keep_alive(limits.keep_alive)
+    .max_connections(limits.connections)
     .disable_signals()
     .shutdown_timeout(1)
     .listen(listener)?

@@ -11,20 +11,35 @@
 use crate::service::Shared;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde::Serialize;
+use sluice_common::config::MetadataConfig;
+use sluice_common::http_limits::{serve_bounded, HttpLimits};
 use sluice_common::rpc::ClusterReport;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// Builds the HTTP server on a bound listener; await (or spawn) the result to run it.
+/// The HTTP limits `cfg` sets (`http.*`, see `docs/security.md`).
+pub fn limits(cfg: &MetadataConfig) -> HttpLimits {
+    HttpLimits {
+        request_timeout: cfg.http_request_timeout.get(),
+        keep_alive: cfg.http_keep_alive_timeout.get(),
+        body_idle: cfg.http_body_idle_timeout.get(),
+        connections: cfg.http_connections_max as usize,
+    }
+}
+
+/// Builds the HTTP server on a bound listener, within `limits`; await (or spawn) the result to
+/// run it.
 pub fn server(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
+    limits: HttpLimits,
     shutdown: CancellationToken,
 ) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::from(shared);
     Ok(HttpServer::new(move || {
         App::new()
+            .wrap_fn(move |req, srv| serve_bounded(req, srv, limits.body_idle))
             .app_data(data.clone())
             .route("/", web::get().to(crate::ui::index))
             .route("/health", web::get().to(health))
@@ -33,6 +48,10 @@ pub fn server(
             .configure(crate::webhdfs::configure)
     })
     .workers(1)
+    .client_request_timeout(limits.request_timeout)
+    .client_disconnect_timeout(Duration::from_secs(1))
+    .keep_alive(limits.keep_alive)
+    .max_connections(limits.connections)
     .disable_signals()
     .shutdown_timeout(1)
     .shutdown_signal(shutdown.cancelled_owned())

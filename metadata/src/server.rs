@@ -80,13 +80,16 @@ impl MetadataServer {
         );
         shared.cluster_secret = cluster_secret(cfg)?;
         let shared = Arc::new(shared);
-        let http_server =
-            crate::http::server(http, shared.clone(), shutdown.clone()).map_err(|source| {
-                MetadataError::Http {
-                    addr: http_addr.to_string(),
-                    source,
-                }
-            })?;
+        let http_server = crate::http::server(
+            http,
+            shared.clone(),
+            crate::http::limits(cfg),
+            shutdown.clone(),
+        )
+        .map_err(|source| MetadataError::Http {
+            addr: http_addr.to_string(),
+            source,
+        })?;
         let tracker = TaskTracker::new();
         tracker.spawn(crate::rpc::serve(
             rpc,

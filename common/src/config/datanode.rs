@@ -20,6 +20,20 @@ pub struct DatanodeConfig {
     /// HTTP port, 0 for any free port. HDFS's 9864.
     #[serde(rename = "http.port")]
     pub http_port: u16,
+    /// The HTTP request head (line and headers) must arrive within this; a slower one is
+    /// answered 408 and closed (a slowloris header trickle).
+    #[serde(rename = "http.request.timeout")]
+    pub http_request_timeout: HumanDuration,
+    /// An idle keep-alive HTTP connection is closed after this.
+    #[serde(rename = "http.keep-alive.timeout")]
+    pub http_keep_alive_timeout: HumanDuration,
+    /// Longest gap between two bytes of an HTTP request body (and before the first); past it
+    /// the request fails and its connection is closed. The whole body is not bounded.
+    #[serde(rename = "http.body.idle.timeout")]
+    pub http_body_idle_timeout: HumanDuration,
+    /// HTTP connections open at once; more wait in the listen backlog.
+    #[serde(rename = "http.connections.max")]
+    pub http_connections_max: u32,
     /// Host name or address registered with the metadata service, which hands it to clients
     /// and peers. Empty: `bind.host` if it is a specific address, else this machine's host name.
     /// `@ip`: this machine's IP address, found by the DataNode at start (for containers).
@@ -130,6 +144,10 @@ impl Default for DatanodeConfig {
             bind_host: "0.0.0.0".into(),
             port: 9866,
             http_port: 9864,
+            http_request_timeout: HumanDuration::secs(5),
+            http_keep_alive_timeout: HumanDuration::secs(5),
+            http_body_idle_timeout: HumanDuration::secs(60),
+            http_connections_max: 1024,
             advertised_host: String::new(),
             advertised_port: 0,
             data_dirs: PathList(vec!["./sluice-data/datanode".into()]),
@@ -180,6 +198,28 @@ impl DatanodeConfig {
 
     /// Checks ranges and relations between keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("datanode.http.request.timeout", self.http_request_timeout),
+            (
+                "datanode.http.keep-alive.timeout",
+                self.http_keep_alive_timeout,
+            ),
+            (
+                "datanode.http.body.idle.timeout",
+                self.http_body_idle_timeout,
+            ),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::invalid(key, value, "must be positive"));
+            }
+        }
+        if self.http_connections_max == 0 {
+            return Err(ConfigError::invalid(
+                "datanode.http.connections.max",
+                0,
+                "must be at least 1",
+            ));
+        }
         if self.data_dirs.0.is_empty() {
             return Err(ConfigError::invalid(
                 "datanode.data.dirs",

@@ -18,6 +18,20 @@ pub struct MetadataConfig {
     /// HTTP port (status, metrics), 0 for any free port. HDFS's 9870.
     #[serde(rename = "http.port")]
     pub http_port: u16,
+    /// The HTTP request head (line and headers) must arrive within this; a slower one is
+    /// answered 408 and closed (a slowloris header trickle).
+    #[serde(rename = "http.request.timeout")]
+    pub http_request_timeout: HumanDuration,
+    /// An idle keep-alive HTTP connection is closed after this.
+    #[serde(rename = "http.keep-alive.timeout")]
+    pub http_keep_alive_timeout: HumanDuration,
+    /// Longest gap between two bytes of an HTTP request body (and before the first); past it
+    /// the request fails and its connection is closed. The whole body is not bounded.
+    #[serde(rename = "http.body.idle.timeout")]
+    pub http_body_idle_timeout: HumanDuration,
+    /// HTTP connections open at once; more wait in the listen backlog.
+    #[serde(rename = "http.connections.max")]
+    pub http_connections_max: u32,
     /// Directory of the namespace store.
     #[serde(rename = "data.dir")]
     pub data_dir: PathBuf,
@@ -117,6 +131,10 @@ impl Default for MetadataConfig {
             bind_host: "0.0.0.0".into(),
             rpc_port: 8020,
             http_port: 9870,
+            http_request_timeout: HumanDuration::secs(5),
+            http_keep_alive_timeout: HumanDuration::secs(5),
+            http_body_idle_timeout: HumanDuration::secs(60),
+            http_connections_max: 1024,
             data_dir: PathBuf::from("./sluice-data/metadata"),
             default_replication: 3,
             min_replication: 1,
@@ -149,6 +167,28 @@ impl Default for MetadataConfig {
 impl MetadataConfig {
     /// Checks ranges and relations between keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("metadata.http.request.timeout", self.http_request_timeout),
+            (
+                "metadata.http.keep-alive.timeout",
+                self.http_keep_alive_timeout,
+            ),
+            (
+                "metadata.http.body.idle.timeout",
+                self.http_body_idle_timeout,
+            ),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::invalid(key, value, "must be positive"));
+            }
+        }
+        if self.http_connections_max == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.http.connections.max",
+                0,
+                "must be at least 1",
+            ));
+        }
         if self.default_replication == 0 {
             return Err(ConfigError::invalid(
                 "metadata.replication.default",

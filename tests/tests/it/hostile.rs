@@ -2,7 +2,9 @@
 //! otherwise hold a connection, memory or a buffer for ever, and the cluster keeps serving.
 //!
 //! Metadata RPC port: an oversized frame prefix, silent and trickling connections, the
-//! connection cap, and a client that outlives the idle timeout.
+//! connection cap, and a client that outlives the idle timeout. HTTP ports (metadata and
+//! DataNode): a slowloris header trickle, an unfinished chunked upload, and a slow but steady
+//! upload that must still work.
 
 use sluice_common::config::{ByteSize, HumanDuration};
 use sluice_common::rpc::CLIENT_PREAMBLE;
@@ -174,6 +176,145 @@ async fn rpc_connections_past_the_cap_are_closed_at_accept() {
             }
         })
         .await;
+    })
+    .await
+}
+
+async fn http_cluster(timeout: Duration) -> MiniCluster {
+    sluice_tests::init_logging();
+    let c = MiniCluster::builder()
+        .datanodes(1)
+        .replication(1)
+        .configure_metadata(move |m| m.http_request_timeout = HumanDuration(timeout))
+        .configure_datanodes(move |_, d| {
+            d.http_request_timeout = HumanDuration(timeout);
+            d.http_body_idle_timeout = HumanDuration(timeout);
+        })
+        .start()
+        .await
+        .expect("cluster starts");
+    c.wait_live(1).await.unwrap();
+    c
+}
+
+/// Sends `head` then one more header line every 200 ms (never the blank line); how long until
+/// the server closed the connection.
+async fn trickle_headers(addr: SocketAddr, head: &str) -> Duration {
+    let s = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    wr.write_all(head.as_bytes()).await.unwrap();
+    let writer = tokio::spawn(async move {
+        for i in 0..300 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if wr
+                .write_all(format!("X-Slow-{i}: 1\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let t0 = Instant::now();
+    let mut buf = [0u8; 1024];
+    while !matches!(rd.read(&mut buf).await, Ok(0) | Err(_)) {}
+    writer.abort();
+    t0.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_a_header_trickle_is_closed_within_the_request_timeout() {
+    with_timeout(LIMIT, "slowloris on the HTTP ports", async {
+        let timeout = Duration::from_secs(1);
+        let c = http_cluster(timeout).await;
+        let defaults = sluice_common::config::DatanodeConfig::default();
+        assert_eq!(defaults.http_request_timeout, HumanDuration::secs(5));
+        assert_eq!(defaults.http_body_idle_timeout, HumanDuration::secs(60));
+        let head = "GET /health HTTP/1.1\r\nHost: x\r\n";
+        let meta = c.metadata_http_addr().unwrap();
+        let dn = c.datanode(0).unwrap().http_addr();
+        for addr in [meta, dn] {
+            let took = trickle_headers(addr, head).await;
+            assert!(took < timeout * 4, "{addr}: closed after {took:?}");
+        }
+        // Both still answer.
+        for addr in [meta, dn] {
+            let r = sluice_tests::http::request("GET", &format!("http://{addr}/health"), b"")
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200);
+        }
+    })
+    .await
+}
+
+/// The DataNode URL (host:port, path and query) the metadata service redirects a CREATE of
+/// `path` to.
+async fn create_location(c: &MiniCluster, path: &str) -> (String, String) {
+    let url = format!(
+        "http://{}/webhdfs/v1{path}?op=CREATE&overwrite=true",
+        c.metadata_http_addr().unwrap()
+    );
+    let r = sluice_tests::http::request("PUT", &url, b"").await.unwrap();
+    assert_eq!(r.status, 307);
+    let loc = r.header("location").unwrap();
+    let rest = loc.strip_prefix("http://").unwrap();
+    let slash = rest.find('/').unwrap();
+    (rest[..slash].to_string(), rest[slash..].to_string())
+}
+
+/// A chunked PUT of `path_query` to `host`: its head.
+fn chunked_put(host: &str, path_query: &str) -> String {
+    format!("PUT {path_query} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_an_unfinished_upload_is_closed_and_a_slow_steady_one_completes() {
+    with_timeout(LIMIT, "unfinished chunked upload", async {
+        let timeout = Duration::from_secs(1);
+        let c = http_cluster(timeout).await;
+        let fs = c.client().await.unwrap();
+
+        // One 1 KiB chunk, then nothing: the DataNode ends the request and the connection.
+        let (host, pq) = create_location(&c, "/stalled").await;
+        let mut s = TcpStream::connect(&host).await.unwrap();
+        s.write_all(chunked_put(&host, &pq).as_bytes())
+            .await
+            .unwrap();
+        s.write_all(b"400\r\n").await.unwrap();
+        s.write_all(&[7u8; 1024]).await.unwrap();
+        s.write_all(b"\r\n").await.unwrap();
+        let took = closed_after(&mut s).await;
+        assert!(took < timeout * 5, "closed after {took:?}");
+        // No file was made from it.
+        wait_until(LIMIT, "the stalled upload leaves no file", || async {
+            fs.stat("/stalled").await.is_err()
+        })
+        .await;
+
+        // A body slower in total than the timeout, but never silent for it, is fine.
+        let data = random_bytes(12 * 1024, 3);
+        let (host, pq) = create_location(&c, "/steady").await;
+        let mut s = TcpStream::connect(&host).await.unwrap();
+        s.write_all(chunked_put(&host, &pq).as_bytes())
+            .await
+            .unwrap();
+        let t0 = Instant::now();
+        for piece in data.chunks(1024) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            s.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(piece).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        s.write_all(b"0\r\n\r\n").await.unwrap();
+        assert!(t0.elapsed() > timeout * 2);
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+        assert!(read_all(&fs, "/steady").await.unwrap() == data);
     })
     .await
 }
