@@ -22,6 +22,12 @@ const STOP_LIMIT: Duration = Duration::from_secs(20);
 /// A [`MiniCluster`] on lazyfs mounts. Fields drop in order: the cluster before its mounts.
 pub struct PowerCluster {
     cluster: MiniCluster,
+    mounts: Mounts,
+}
+
+/// The lazyfs mounts of a power-cut cluster: the metadata store's and one per DataNode, in a
+/// temporary directory.
+struct Mounts {
     metadata_fs: LazyFs,
     datanode_fs: Vec<LazyFs>,
     _dir: tempfile::TempDir,
@@ -33,19 +39,60 @@ async fn mount(dir: PathBuf) -> anyhow::Result<LazyFs> {
         .context("mounting lazyfs (needs /dev/fuse and root)")
 }
 
-impl PowerCluster {
-    /// Starts `builder`'s cluster with `datanodes` DataNodes (one volume each), the metadata
-    /// store and every volume on its own lazyfs mount. The builder's metadata and DataNode
-    /// hooks are replaced (they only set the data directories).
-    pub async fn start(builder: MiniClusterBuilder, datanodes: usize) -> anyhow::Result<Self> {
+impl Mounts {
+    /// Mounts the metadata store's file system and `datanodes` DataNode file systems.
+    async fn new(datanodes: usize) -> anyhow::Result<Mounts> {
         let dir = tempfile::Builder::new().prefix("sluice-power-").tempdir()?;
         let metadata_fs = mount(dir.path().join("metadata")).await?;
         let mut datanode_fs = Vec::new();
         for i in 0..datanodes {
             datanode_fs.push(mount(dir.path().join(format!("dn{i}"))).await?);
         }
-        let meta_dir = metadata_fs.path().join("store");
-        let vols: Vec<PathBuf> = datanode_fs.iter().map(|f| f.path().join("vol0")).collect();
+        Ok(Mounts {
+            metadata_fs,
+            datanode_fs,
+            _dir: dir,
+        })
+    }
+
+    /// The metadata store's directory.
+    fn store_dir(&self) -> PathBuf {
+        self.metadata_fs.path().join("store")
+    }
+
+    /// DataNode `i`'s volume directory (one volume each).
+    fn volumes(&self) -> Vec<PathBuf> {
+        self.datanode_fs
+            .iter()
+            .map(|f| f.path().join("vol0"))
+            .collect()
+    }
+
+    /// `sync(1)` on every mount.
+    fn settle(&self) -> anyhow::Result<()> {
+        self.metadata_fs.sync()?;
+        for fs in &self.datanode_fs {
+            fs.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Cuts every mount at one instant.
+    fn crash_all(&self) -> Vec<Lost> {
+        let mut lost = vec![self.metadata_fs.crash()];
+        lost.extend(self.datanode_fs.iter().map(LazyFs::crash));
+        lost
+    }
+}
+
+impl PowerCluster {
+    /// Starts `builder`'s cluster with `datanodes` DataNodes (one volume each), the metadata
+    /// store and every volume on its own lazyfs mount. The builder's metadata and DataNode
+    /// hooks are replaced (they only set the data directories).
+    pub async fn start(builder: MiniClusterBuilder, datanodes: usize) -> anyhow::Result<Self> {
+        let mounts = Mounts::new(datanodes).await?;
+        let meta_dir = mounts.store_dir();
+        let vols = mounts.volumes();
         let cluster = builder
             .datanodes(datanodes)
             .volumes_per_datanode(1)
@@ -53,22 +100,13 @@ impl PowerCluster {
             .configure_datanodes(move |i, c| c.data_dirs = PathList(vec![vols[i].clone()]))
             .start()
             .await?;
-        Ok(PowerCluster {
-            cluster,
-            metadata_fs,
-            datanode_fs,
-            _dir: dir,
-        })
+        Ok(PowerCluster { cluster, mounts })
     }
 
     /// Makes everything on every mount durable, as the kernel's writeback does for a machine
     /// that has been up a while (`sync(1)` on each node).
     pub fn settle(&self) -> anyhow::Result<()> {
-        self.metadata_fs.sync()?;
-        for fs in &self.datanode_fs {
-            fs.sync()?;
-        }
-        Ok(())
+        self.mounts.settle()
     }
 
     /// The cluster.
@@ -83,36 +121,36 @@ impl PowerCluster {
 
     /// The metadata service's mount.
     pub fn metadata_fs(&self) -> &LazyFs {
-        &self.metadata_fs
+        &self.mounts.metadata_fs
     }
 
     /// DataNode `i`'s mount.
     pub fn datanode_fs(&self, i: usize) -> &LazyFs {
-        &self.datanode_fs[i]
+        &self.mounts.datanode_fs[i]
     }
 
     /// DataNode `i`'s volume, as it survived (the backing directory).
     pub fn datanode_backing(&self, i: usize) -> PathBuf {
-        self.datanode_fs[i].backing().join("vol0")
+        self.mounts.datanode_fs[i].backing().join("vol0")
     }
 
     /// Power cut of the metadata service, then a restart on the same store and port.
     pub async fn crash_metadata(&mut self) -> anyhow::Result<Lost> {
-        let lost = self.metadata_fs.crash();
+        let lost = self.mounts.metadata_fs.crash();
         if tokio::time::timeout(STOP_LIMIT, self.cluster.stop_metadata())
             .await
             .is_err()
         {
             anyhow::bail!("the crashed metadata service did not stop within {STOP_LIMIT:?}");
         }
-        self.metadata_fs.power_on();
+        self.mounts.metadata_fs.power_on();
         self.cluster.restart_metadata().await?;
         Ok(lost)
     }
 
     /// Power cut of DataNode `i`; it stays down until [`PowerCluster::restart_datanode`].
     pub async fn crash_datanode(&mut self, i: usize) -> Lost {
-        let lost = self.datanode_fs[i].crash();
+        let lost = self.mounts.datanode_fs[i].crash();
         self.stop_crashed(i).await;
         lost
     }
@@ -128,15 +166,14 @@ impl PowerCluster {
 
     /// Powers DataNode `i`'s file system on and starts it on the same volume and ports.
     pub async fn restart_datanode(&mut self, i: usize) -> anyhow::Result<()> {
-        self.datanode_fs[i].power_on();
+        self.mounts.datanode_fs[i].power_on();
         self.cluster.start_datanode(i).await
     }
 
     /// Power cut of the whole cluster at one instant, then everything restarts.
     pub async fn crash_all(&mut self) -> anyhow::Result<Vec<Lost>> {
-        let mut lost = vec![self.metadata_fs.crash()];
-        lost.extend(self.datanode_fs.iter().map(LazyFs::crash));
-        for i in 0..self.datanode_fs.len() {
+        let lost = self.mounts.crash_all();
+        for i in 0..self.mounts.datanode_fs.len() {
             self.stop_crashed(i).await;
         }
         if tokio::time::timeout(STOP_LIMIT, self.cluster.stop_metadata())
@@ -145,9 +182,9 @@ impl PowerCluster {
         {
             anyhow::bail!("the crashed metadata service did not stop within {STOP_LIMIT:?}");
         }
-        self.metadata_fs.power_on();
+        self.mounts.metadata_fs.power_on();
         self.cluster.restart_metadata().await?;
-        for i in 0..self.datanode_fs.len() {
+        for i in 0..self.mounts.datanode_fs.len() {
             self.restart_datanode(i).await?;
         }
         Ok(lost)
@@ -162,42 +199,26 @@ impl PowerCluster {
 /// the next store in the same process (docs/power-loss.md).
 pub struct ProcessPowerCluster {
     cluster: ProcessCluster,
-    metadata_fs: LazyFs,
-    datanode_fs: Vec<LazyFs>,
-    _dir: tempfile::TempDir,
+    mounts: Mounts,
 }
 
 impl ProcessPowerCluster {
     /// Starts `builder`'s cluster with `datanodes` DataNodes, the metadata store and each
     /// DataNode's volume on its own lazyfs mount (the builder's directories are replaced).
     pub async fn start(builder: ProcessClusterBuilder, datanodes: usize) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("sluice-power-").tempdir()?;
-        let metadata_fs = mount(dir.path().join("metadata")).await?;
-        let mut datanode_fs = Vec::new();
-        for i in 0..datanodes {
-            datanode_fs.push(mount(dir.path().join(format!("dn{i}"))).await?);
-        }
+        let mounts = Mounts::new(datanodes).await?;
         let cluster = builder
             .datanodes(datanodes)
-            .metadata_dir(metadata_fs.path().join("store"))
-            .datanode_dirs(datanode_fs.iter().map(|f| f.path().join("vol0")))
+            .metadata_dir(mounts.store_dir())
+            .datanode_dirs(mounts.volumes())
             .start()
             .await?;
-        Ok(ProcessPowerCluster {
-            cluster,
-            metadata_fs,
-            datanode_fs,
-            _dir: dir,
-        })
+        Ok(ProcessPowerCluster { cluster, mounts })
     }
 
     /// Makes everything on every mount durable (`sync(1)` on each node).
     pub fn settle(&self) -> anyhow::Result<()> {
-        self.metadata_fs.sync()?;
-        for fs in &self.datanode_fs {
-            fs.sync()?;
-        }
-        Ok(())
+        self.mounts.settle()
     }
 
     /// The cluster.
@@ -207,37 +228,36 @@ impl ProcessPowerCluster {
 
     /// Power cut of the metadata service, then a restart on the same store and port.
     pub async fn crash_metadata(&mut self) -> anyhow::Result<Lost> {
-        let lost = self.metadata_fs.crash();
+        let lost = self.mounts.metadata_fs.crash();
         self.cluster.kill_metadata().await?;
-        self.metadata_fs.power_on();
+        self.mounts.metadata_fs.power_on();
         self.cluster.start_metadata().await?;
         Ok(lost)
     }
 
     /// Power cut of DataNode `i`; it stays down until [`ProcessPowerCluster::restart_datanode`].
     pub async fn crash_datanode(&mut self, i: usize) -> anyhow::Result<Lost> {
-        let lost = self.datanode_fs[i].crash();
+        let lost = self.mounts.datanode_fs[i].crash();
         self.cluster.kill_datanode(i).await?;
         Ok(lost)
     }
 
     /// Powers DataNode `i`'s file system on and starts it on the same volume and port.
     pub async fn restart_datanode(&mut self, i: usize) -> anyhow::Result<()> {
-        self.datanode_fs[i].power_on();
+        self.mounts.datanode_fs[i].power_on();
         self.cluster.start_datanode(i).await
     }
 
     /// Power cut of the whole cluster at one instant, then everything restarts.
     pub async fn crash_all(&mut self) -> anyhow::Result<Vec<Lost>> {
-        let mut lost = vec![self.metadata_fs.crash()];
-        lost.extend(self.datanode_fs.iter().map(LazyFs::crash));
-        for i in 0..self.datanode_fs.len() {
+        let lost = self.mounts.crash_all();
+        for i in 0..self.mounts.datanode_fs.len() {
             self.cluster.kill_datanode(i).await?;
         }
         self.cluster.kill_metadata().await?;
-        self.metadata_fs.power_on();
+        self.mounts.metadata_fs.power_on();
         self.cluster.start_metadata().await?;
-        for i in 0..self.datanode_fs.len() {
+        for i in 0..self.mounts.datanode_fs.len() {
             self.restart_datanode(i).await?;
         }
         Ok(lost)
