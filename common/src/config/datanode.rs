@@ -63,6 +63,10 @@ pub struct DatanodeConfig {
     /// Largest data-transfer frame accepted.
     #[serde(rename = "max.frame.bytes")]
     pub max_frame_bytes: ByteSize,
+    /// Longest write or copy pipeline a `WriteBlock` or `TransferBlock` may name, this DataNode
+    /// included (HDFS `dfs.replication.max`); a longer one is refused before anything is dialled.
+    #[serde(rename = "replication.max")]
+    pub replication_max: u32,
     /// Data-transfer connections served at once; more wait in the accept queue.
     #[serde(rename = "max.transfer.threads")]
     pub max_transfer_threads: u32,
@@ -157,6 +161,7 @@ impl Default for DatanodeConfig {
             block_report_interval: HumanDuration::secs(6 * 3600),
             socket_timeout: HumanDuration::secs(60),
             max_frame_bytes: ByteSize::mib(16),
+            replication_max: 512,
             max_transfer_threads: 4096,
             sync_on_close: true,
             block_scanner_interval: HumanDuration::secs(21 * 24 * 3600),
@@ -198,6 +203,13 @@ impl DatanodeConfig {
 
     /// Checks ranges and relations between keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.replication_max == 0 {
+            return Err(ConfigError::invalid(
+                "datanode.replication.max",
+                0,
+                "must be at least 1",
+            ));
+        }
         for (key, value) in [
             ("datanode.http.request.timeout", self.http_request_timeout),
             (

@@ -50,6 +50,12 @@ pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
                 return;
             }
         };
+        if let Some(resp) = too_many_targets(&ctx, &op) {
+            ctx.metrics.op_errors.inc();
+            tracing::warn!(node = %ctx.node_id, op = op_name(&op), "op refused: {}", resp.message);
+            let _ = wire::respond(&mut writer, resp, t).await;
+            return;
+        }
         if let Err(e) = super::access::check(&ctx, &op, token.as_ref()).await {
             ctx.metrics.op_errors.inc();
             tracing::warn!(node = %ctx.node_id, op = op_name(&op), "op refused: {e}");
@@ -62,6 +68,24 @@ pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
             None => return,
         }
     }
+}
+
+/// The refusal of a `WriteBlock` or `TransferBlock` whose pipeline (this DataNode and its
+/// targets) is longer than `replication.max`: checked before the token and before anything is
+/// dialled, since set-up and ack waits grow with the number of targets.
+fn too_many_targets(ctx: &Ctx, op: &Op) -> Option<OpResponse> {
+    let targets = match op {
+        Op::WriteBlock(w) => w.targets.len(),
+        Op::TransferBlock(t) => t.targets.len(),
+        _ => return None,
+    };
+    let max = ctx.cfg.replication_max as usize;
+    (targets >= max).then(|| {
+        OpResponse::error(
+            Status::ErrorInvalid,
+            format!("{targets} targets: a pipeline has at most replication.max = {max} DataNodes"),
+        )
+    })
 }
 
 /// Runs one op; gives the connection back when it may carry another.

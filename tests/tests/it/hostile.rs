@@ -318,3 +318,52 @@ async fn http_an_unfinished_upload_is_closed_and_a_slow_steady_one_completes() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_a_write_naming_more_targets_than_replication_max_is_refused_before_dialling() {
+    use sluice_common::proto::{BlockStage, Op, WriteBlockOp};
+    use sluice_common::{BlockId, DatanodeId, ExtendedBlock, GenerationStamp, NodeId, Status};
+    with_timeout(LIMIT, "WriteBlock with 600 targets", async {
+        sluice_tests::init_logging();
+        assert_eq!(
+            sluice_common::config::DatanodeConfig::default().replication_max,
+            512
+        );
+        // Tokens off, so that only the new check stands between the op and its first dial.
+        let c = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .configure_metadata(|m| m.block_token_enable = false)
+            .start()
+            .await
+            .unwrap();
+        c.wait_live(1).await.unwrap();
+        let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = DatanodeId {
+            node_id: NodeId("trap".into()),
+            data_addr: trap.local_addr().unwrap().to_string(),
+            http_addr: String::new(),
+            rack: "/default-rack".into(),
+        };
+        let op = Op::WriteBlock(WriteBlockOp {
+            block: ExtendedBlock::new(BlockId(1 << 40), GenerationStamp(1), 0),
+            stage: BlockStage::Create,
+            targets: vec![target; 600],
+            client_name: "attacker".into(),
+            bytes_per_checksum: 512,
+            latest_gen_stamp: GenerationStamp(1),
+        });
+        let dn = c.datanode(0).unwrap();
+        let mut conn = sluice_tests::raw::RawConn::connect(&dn.data_addr().to_string())
+            .await
+            .unwrap();
+        conn.send_op(op).await.unwrap();
+        let r = conn.op_response().await.unwrap();
+        assert_eq!(r.status, Status::ErrorInvalid, "{r:?}");
+        assert!(r.message.contains("replication.max"), "{}", r.message);
+        // Nothing was dialled.
+        let dialled = tokio::time::timeout(Duration::from_millis(500), trap.accept()).await;
+        assert!(dialled.is_err(), "the DataNode dialled a target");
+    })
+    .await
+}
