@@ -4,10 +4,14 @@
 //! rewrites one index entry and one inode whatever the size of the subtree. Every change is
 //! built as a [`Txn`] and applied as one atomic batch; the caller flushes the store before it
 //! acknowledges the change (see `docs/metadata.md`, "Durability").
+//!
+//! Reads never touch the store: the whole namespace is also kept in memory ([`tree`], as
+//! HDFS's `FSDirectory`), loaded at open and changed with each batch once the store took it.
 
 mod inode;
 mod ops;
 mod path;
+mod tree;
 
 pub use inode::{BlockRecord, BlockState, FileMeta, Inode, InodeId, InodeKind, ROOT};
 pub use ops::CreateRequest;
@@ -15,12 +19,12 @@ pub use path::NsPath;
 
 use crate::store::{MetaStore, StoreError, WriteBatch};
 use inode::{
-    child_key, children_prefix, decode, decode_u64, encode, inode_key, INODE_PREFIX,
-    NEXT_BLOCK_KEY, NEXT_GENSTAMP_KEY, NEXT_INODE_KEY,
+    child_key, decode_u64, encode, inode_key, NEXT_BLOCK_KEY, NEXT_GENSTAMP_KEY, NEXT_INODE_KEY,
 };
 use sluice_common::rpc::{FileKind, FileStatus};
 use sluice_common::{BlockId, GenerationStamp, MetaError};
 use std::sync::Arc;
+use tree::{Change, Tree};
 
 /// First block id handed out (HDFS starts sequential block ids at 2^30).
 pub const FIRST_BLOCK_ID: u64 = 1 << 30;
@@ -34,10 +38,13 @@ pub fn storage_error(e: StoreError) -> MetaError {
     }
 }
 
-/// Pending writes of one namespace change, applied atomically by [`Namespace::commit`].
+/// Pending writes of one namespace change, applied atomically by [`Namespace::commit`]: each
+/// is recorded for the store (bytes) and for the in-memory tree (a [`Change`]) by the same
+/// method, so the two never differ.
 #[derive(Debug, Default)]
 pub struct Txn {
     batch: WriteBatch,
+    changes: Vec<Change>,
     files_delta: i64,
     dirs_delta: i64,
 }
@@ -51,16 +58,26 @@ impl Txn {
     pub fn put_inode(&mut self, inode: &Inode) -> Result<(), MetaError> {
         let bytes = encode(inode).map_err(storage_error)?;
         self.batch.put(inode_key(inode.id), bytes);
+        self.changes.push(Change::Put(inode.clone()));
         Ok(())
     }
     /// Links `child` as `name` under `parent`.
     fn link(&mut self, parent: InodeId, name: &str, child: InodeId) {
         self.batch
             .put(child_key(parent, name), child.0.to_be_bytes().to_vec());
+        self.changes.push(Change::Link {
+            parent,
+            name: name.to_string(),
+            child,
+        });
     }
     /// Removes the entry `name` of `parent`.
     fn unlink(&mut self, parent: InodeId, name: &str) {
         self.batch.delete(child_key(parent, name));
+        self.changes.push(Change::Unlink {
+            parent,
+            name: name.to_string(),
+        });
     }
     /// Adds a new inode under its parent.
     fn add(&mut self, inode: &Inode) -> Result<(), MetaError> {
@@ -77,6 +94,7 @@ impl Txn {
     fn remove(&mut self, inode: &Inode) {
         self.unlink(inode.parent, &inode.name);
         self.batch.delete(inode_key(inode.id));
+        self.changes.push(Change::Delete(inode.id));
         if inode.is_dir() {
             self.dirs_delta -= 1;
         } else {
@@ -88,10 +106,14 @@ impl Txn {
 /// The namespace over its store.
 pub struct Namespace {
     store: Arc<dyn MetaStore>,
+    /// Every record of the store, in memory: what every lookup reads.
+    tree: Tree,
     next_inode: u64,
     next_block: u64,
     next_gen_stamp: u64,
-    counters_dirty: bool,
+    /// Counters moved since they were last written: inode, block, generation stamp (only
+    /// those are written with the next commit).
+    counters_dirty: [bool; 3],
     files: u64,
     dirs: u64,
 }
@@ -120,9 +142,9 @@ impl Walk {
 }
 
 impl Namespace {
-    /// Opens the namespace in `store`, creating the root on first use. Returns it with every
-    /// file inode, from which the block manager and leases are rebuilt. Counters are raised
-    /// past every id found, so they never go backwards.
+    /// Opens the namespace in `store` (read into memory), creating the root on first use.
+    /// Returns it with every file inode (by id), from which the block manager and leases are
+    /// rebuilt. Counters are raised past every id found, so they never go backwards.
     pub fn open(store: Arc<dyn MetaStore>) -> Result<(Namespace, Vec<Inode>), StoreError> {
         let counter = |key: &[u8], default: u64| -> Result<u64, StoreError> {
             match store.get(key)? {
@@ -134,14 +156,14 @@ impl Namespace {
             next_inode: counter(NEXT_INODE_KEY, ROOT.0 + 1)?,
             next_block: counter(NEXT_BLOCK_KEY, FIRST_BLOCK_ID)?,
             next_gen_stamp: counter(NEXT_GENSTAMP_KEY, FIRST_GEN_STAMP)?,
+            tree: Tree::load(store.as_ref())?,
             store,
-            counters_dirty: true,
+            counters_dirty: [true; 3],
             files: 0,
             dirs: 0,
         };
         let mut files = Vec::new();
-        for (key, value) in ns.store.scan_prefix(INODE_PREFIX)? {
-            let inode: Inode = decode(&key, &value)?;
+        for inode in ns.tree.inodes() {
             ns.next_inode = ns.next_inode.max(inode.id.0 + 1);
             match &inode.kind {
                 InodeKind::Directory => ns.dirs += 1,
@@ -151,10 +173,11 @@ impl Namespace {
                         ns.next_block = ns.next_block.max(b.id.0 + 1);
                         ns.next_gen_stamp = ns.next_gen_stamp.max(b.gen_stamp.0 + 1);
                     }
-                    files.push(inode);
+                    files.push(inode.clone());
                 }
             }
         }
+        files.sort_by_key(|f| f.id);
         let mut txn = Txn::new();
         if ns.dirs == 0 {
             let root = Inode {
@@ -190,32 +213,33 @@ impl Namespace {
 
     /// Allocates a block id (persisted with the next commit).
     pub fn alloc_block_id(&mut self) -> BlockId {
-        self.counters_dirty = true;
+        self.counters_dirty[1] = true;
         self.next_block += 1;
         BlockId(self.next_block - 1)
     }
 
     /// Allocates a generation stamp (persisted with the next commit).
     pub fn alloc_gen_stamp(&mut self) -> GenerationStamp {
-        self.counters_dirty = true;
+        self.counters_dirty[2] = true;
         self.next_gen_stamp += 1;
         GenerationStamp(self.next_gen_stamp - 1)
     }
 
     fn alloc_inode_id(&mut self) -> InodeId {
-        self.counters_dirty = true;
+        self.counters_dirty[0] = true;
         self.next_inode += 1;
         InodeId(self.next_inode - 1)
     }
 
     /// Applies a change atomically (with the counters, if they moved). Not yet durable.
     pub fn commit(&mut self, mut txn: Txn) -> Result<(), MetaError> {
-        if self.counters_dirty {
-            for (key, value) in [
-                (NEXT_INODE_KEY, self.next_inode),
-                (NEXT_BLOCK_KEY, self.next_block),
-                (NEXT_GENSTAMP_KEY, self.next_gen_stamp),
-            ] {
+        let counters = [
+            (NEXT_INODE_KEY, self.next_inode),
+            (NEXT_BLOCK_KEY, self.next_block),
+            (NEXT_GENSTAMP_KEY, self.next_gen_stamp),
+        ];
+        for ((key, value), dirty) in counters.into_iter().zip(self.counters_dirty) {
+            if dirty {
                 txn.batch.put(key.to_vec(), value.to_be_bytes().to_vec());
             }
         }
@@ -223,7 +247,8 @@ impl Namespace {
             return Ok(());
         }
         self.store.apply(txn.batch).map_err(storage_error)?;
-        self.counters_dirty = false;
+        self.tree.apply(txn.changes);
+        self.counters_dirty = [false; 3];
         self.files = self.files.saturating_add_signed(txn.files_delta);
         self.dirs = self.dirs.saturating_add_signed(txn.dirs_delta);
         Ok(())
@@ -231,48 +256,44 @@ impl Namespace {
 
     /// The inode `id`.
     pub fn get(&self, id: InodeId) -> Result<Option<Inode>, MetaError> {
-        let key = inode_key(id);
-        match self.store.get(&key).map_err(storage_error)? {
-            Some(v) => decode(&key, &v).map(Some).map_err(storage_error),
-            None => Ok(None),
-        }
+        Ok(self.tree.get(id).cloned())
     }
 
     /// The child `name` of directory `parent`.
     pub fn lookup(&self, parent: InodeId, name: &str) -> Result<Option<Inode>, MetaError> {
-        let key = child_key(parent, name);
-        match self.store.get(&key).map_err(storage_error)? {
-            Some(v) => self.get(InodeId(decode_u64(&key, &v).map_err(storage_error)?)),
+        match self.tree.child(parent, name) {
+            Some(id) => self.existing(id, parent, name).map(|i| Some(i.clone())),
             None => Ok(None),
         }
     }
 
+    /// The inode a children index entry points to (a missing one is a corrupt store).
+    fn existing(&self, id: InodeId, parent: InodeId, name: &str) -> Result<&Inode, MetaError> {
+        self.tree.get(id).ok_or_else(|| {
+            storage_error(StoreError::Corrupt {
+                key: inode::printable(&child_key(parent, name)),
+                reason: format!("child entry points to missing inode {}", id.0),
+            })
+        })
+    }
+
     /// The children of directory `dir`, sorted by name.
     pub fn children(&self, dir: InodeId) -> Result<Vec<Inode>, MetaError> {
-        let prefix = children_prefix(dir);
-        let rows = self.store.scan_prefix(&prefix).map_err(storage_error)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (key, value) in rows {
-            let id = InodeId(decode_u64(&key, &value).map_err(storage_error)?);
-            match self.get(id)? {
-                Some(inode) => out.push(inode),
-                None => {
-                    return Err(storage_error(StoreError::Corrupt {
-                        key: inode::printable(&key),
-                        reason: format!("child entry points to missing inode {}", id.0),
-                    }))
-                }
-            }
-        }
-        Ok(out)
+        self.tree
+            .children(dir)
+            .map(|(name, id)| self.existing(id, dir, name).cloned())
+            .collect()
+    }
+
+    fn root(&self) -> Result<&Inode, MetaError> {
+        self.tree.get(ROOT).ok_or_else(|| MetaError::Storage {
+            message: "root inode missing".into(),
+        })
     }
 
     /// Resolves `path` as far as it exists. A file in the middle stops the walk.
     pub fn walk(&self, path: &NsPath) -> Result<Walk, MetaError> {
-        let root = self.get(ROOT)?.ok_or_else(|| MetaError::Storage {
-            message: "root inode missing".into(),
-        })?;
-        let mut found = vec![root];
+        let mut found = vec![self.root()?.clone()];
         for name in path.components() {
             let cur = &found[found.len() - 1];
             if !cur.is_dir() {
@@ -289,20 +310,38 @@ impl Namespace {
         })
     }
 
+    /// The inode at `path`, borrowed (`None` if missing, or if a file stands on the way).
+    pub fn find(&self, path: &NsPath) -> Result<Option<&Inode>, MetaError> {
+        let mut cur = self.root()?;
+        for name in path.components() {
+            if !cur.is_dir() {
+                return Ok(None);
+            }
+            match self.tree.child(cur.id, name) {
+                Some(id) => cur = self.existing(id, cur.id, name)?,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(cur))
+    }
+
     /// The inode at `path` (`None` if missing, or if a file stands on the way).
     pub fn resolve(&self, path: &NsPath) -> Result<Option<Inode>, MetaError> {
-        Ok(self.walk(path)?.target().cloned())
+        Ok(self.find(path)?.cloned())
     }
 
     /// The absolute path of an inode, from its parent links.
     pub fn path_of(&self, inode: &Inode) -> Result<String, MetaError> {
         let mut names = vec![];
-        let mut cur = inode.clone();
+        let mut cur = inode;
         while cur.id != ROOT {
-            names.push(cur.name.clone());
-            cur = self.get(cur.parent)?.ok_or_else(|| MetaError::Storage {
-                message: format!("inode {} has a missing parent", cur.id.0),
-            })?;
+            names.push(cur.name.as_str());
+            cur = self
+                .tree
+                .get(cur.parent)
+                .ok_or_else(|| MetaError::Storage {
+                    message: format!("inode {} has a missing parent", cur.id.0),
+                })?;
             if names.len() > path::MAX_PATH_BYTES {
                 return Err(MetaError::Storage {
                     message: "cycle in parent links".into(),
@@ -347,3 +386,6 @@ pub fn now_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests;

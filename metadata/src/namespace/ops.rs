@@ -280,15 +280,15 @@ impl Namespace {
 
     /// The entry at `path`.
     pub fn stat(&self, path: &NsPath) -> Result<FileStatus, MetaError> {
-        let inode = self.resolve(path)?.ok_or_else(|| not_found(path))?;
-        Ok(file_status(path.to_string(), &inode))
+        let inode = self.find(path)?.ok_or_else(|| not_found(path))?;
+        Ok(file_status(path.to_string(), inode))
     }
 
     /// The entries of the directory at `path`, sorted by name (a file lists itself).
     pub fn list(&self, path: &NsPath) -> Result<Vec<FileStatus>, MetaError> {
-        let inode = self.resolve(path)?.ok_or_else(|| not_found(path))?;
+        let inode = self.find(path)?.ok_or_else(|| not_found(path))?;
         if !inode.is_dir() {
-            return Ok(vec![file_status(path.to_string(), &inode)]);
+            return Ok(vec![file_status(path.to_string(), inode)]);
         }
         Ok(self
             .children(inode.id)?

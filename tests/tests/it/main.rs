@@ -12,6 +12,7 @@ mod hflush_processes;
 mod hostile;
 mod lazyfs;
 mod metrics;
+mod namespace_processes;
 mod read;
 mod recovery;
 mod recovery_processes;
