@@ -1,38 +1,38 @@
 //! [`GroupCommit`]: group commit over any [`MetaStore`] (HDFS's `FSEditLog.logSync` batching).
 //!
-//! `apply` writes nothing to the store underneath: the batch is kept in memory (an overlay that
-//! reads see) and queued. A `flush` takes the flush lock; the caller that gets it drains every
-//! batch queued so far — its own and those of every change that arrived meanwhile — applies them
-//! to the store underneath as one atomic batch and flushes it once; the callers behind it find
-//! their batches already durable and return at once. So a change under the state lock costs a
-//! memory write, never I/O, and N concurrent changes cost about one fsync per fsync-time instead
-//! of N.
+//! `apply` writes nothing to the store underneath: the batch is queued (moved, not copied). A
+//! `flush` takes the flush lock; the caller that gets it drains every batch queued so far — its
+//! own and those of every change that arrived meanwhile — applies them to the store underneath
+//! as one atomic batch and flushes it once; the callers behind it find their batches already
+//! durable and return at once. So a change under the state lock costs a push onto a queue,
+//! never I/O, and N concurrent changes cost about one fsync per fsync-time instead of N.
 //!
-//! Reads see the overlay first: a key's overlay entry (a value or a deletion) is dropped only
-//! once the store underneath has it, under the same lock readers hold across their read of the
-//! store underneath, so a read never misses a change.
+//! Reads (rare: the namespace serves lookups from memory and reads the store when it opens)
+//! look at the queue first, newest batch first, then at the store underneath. A drain holds the
+//! drain lock from taking the queue until the store underneath has applied it, and a read holds
+//! it too, so a read sees every batch either in the queue or underneath, never in neither.
 
 use super::{FlushFuture, KvPairs, MetaStore, StoreError, WriteBatch};
 use crate::commit::CommitClock;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// The value of a key in the overlay (`None`: deleted) and the batch that wrote it.
-type Entry = (u64, Option<Vec<u8>>);
-
-#[derive(Debug, Default)]
-struct Pending {
-    overlay: BTreeMap<Vec<u8>, Entry>,
-    queue: Vec<(u64, WriteBatch)>,
-}
-
 /// Group commit over `inner` (see the module docs).
 pub struct GroupCommit {
     inner: Arc<dyn MetaStore>,
-    pending: Mutex<Pending>,
+    /// Batches applied here and not yet drained, in order, with their numbers.
+    queue: Mutex<Vec<(u64, WriteBatch)>>,
+    /// Held by a drain from taking the queue to the end of its write underneath, and by reads.
+    draining: Mutex<()>,
     clock: Arc<CommitClock>,
-    /// Held by the caller whose flush runs; the others queue behind it.
+    /// Held by the caller whose flush runs.
     flushing: tokio::sync::Mutex<()>,
+    /// Woken when a flush ends: the callers waiting for it check whether it covered them.
+    flushed: tokio::sync::Notify,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl GroupCommit {
@@ -40,83 +40,109 @@ impl GroupCommit {
     pub fn new(inner: Arc<dyn MetaStore>) -> Self {
         GroupCommit {
             inner,
-            pending: Mutex::default(),
+            queue: Mutex::default(),
+            draining: Mutex::new(()),
             clock: Arc::default(),
             flushing: tokio::sync::Mutex::new(()),
+            flushed: tokio::sync::Notify::new(),
         }
     }
 
-    fn pending(&self) -> MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Applies every queued batch to the store underneath (one batch) and drops the overlay
-    /// entries it covers. Returns the last batch number applied (0 if none was queued).
+    /// Applies every queued batch to the store underneath (one batch). Returns the last batch
+    /// number applied (0 if none was queued).
     fn drain(&self) -> Result<u64, StoreError> {
-        let queue = std::mem::take(&mut self.pending().queue);
+        let _drain = locked(&self.draining);
+        let queue = std::mem::take(&mut *locked(&self.queue));
         let Some(last) = queue.last().map(|(seq, _)| *seq) else {
             return Ok(0);
         };
         let mut merged = WriteBatch::new();
+        merged.ops.reserve(queue.iter().map(|(_, b)| b.len()).sum());
         for (_, b) in queue {
             merged.ops.extend(b.ops);
         }
         self.inner.apply(merged)?;
-        self.pending().overlay.retain(|_, (seq, _)| *seq > last);
         Ok(last)
+    }
+
+    /// Drains the queue into the store underneath and flushes it (the caller holds the flush
+    /// lock).
+    async fn flush_queued(&self, target: u64) -> Result<(), StoreError> {
+        let covered = self.drain()?;
+        self.inner.flush().await?;
+        self.clock.mark_durable(covered.max(target));
+        Ok(())
     }
 }
 
 impl MetaStore for GroupCommit {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let p = self.pending();
-        match p.overlay.get(key) {
-            Some((_, v)) => Ok(v.clone()),
+        let _drain = locked(&self.draining);
+        let queued = locked(&self.queue)
+            .iter()
+            .rev()
+            .flat_map(|(_, b)| b.ops.iter().rev())
+            .find(|(k, _)| k.as_slice() == key)
+            .map(|(_, v)| v.clone());
+        match queued {
+            Some(v) => Ok(v),
             None => self.inner.get(key),
         }
     }
 
     fn scan_prefix(&self, prefix: &[u8]) -> Result<KvPairs, StoreError> {
-        let p = self.pending();
+        let _drain = locked(&self.draining);
+        let queued: Vec<(Vec<u8>, Option<Vec<u8>>)> = locked(&self.queue)
+            .iter()
+            .flat_map(|(_, b)| b.ops.iter())
+            .filter(|(k, _)| k.starts_with(prefix))
+            .cloned()
+            .collect();
         let mut rows: BTreeMap<Vec<u8>, Vec<u8>> =
             self.inner.scan_prefix(prefix)?.into_iter().collect();
-        let over = p
-            .overlay
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix));
-        for (k, (_, v)) in over {
+        for (k, v) in queued {
             match v {
-                Some(v) => rows.insert(k.clone(), v.clone()),
-                None => rows.remove(k),
+                Some(v) => rows.insert(k, v),
+                None => rows.remove(&k),
             };
         }
         Ok(rows.into_iter().collect())
     }
 
     fn apply(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        let mut p = self.pending();
+        let mut q = locked(&self.queue);
         let seq = self.clock.next();
-        for (k, v) in &batch.ops {
-            p.overlay.insert(k.clone(), (seq, v.clone()));
-        }
-        p.queue.push((seq, batch));
+        q.push((seq, batch));
         Ok(())
     }
 
     fn flush(&self) -> FlushFuture<'_> {
         Box::pin(async move {
             let target = self.clock.applied();
-            let _turn = self.flushing.lock().await;
-            if self.clock.durable() >= target {
-                // A flush that ran while this caller waited covered it.
-                return Ok(());
+            loop {
+                if self.clock.durable() >= target {
+                    // A flush that ran while this caller waited covered it.
+                    return Ok(());
+                }
+                if self.clock.failed() {
+                    return Err(StoreError::Backend("an earlier flush failed".into()));
+                }
+                // Registered before the flush lock is tried: a flush that ends after the try
+                // wakes this caller (each waiter wakes once per flush, not in a chain).
+                let ended = self.flushed.notified();
+                let mut ended = std::pin::pin!(ended);
+                ended.as_mut().enable();
+                let Ok(turn) = self.flushing.try_lock() else {
+                    ended.await;
+                    continue;
+                };
+                // Every batch up to `target` is queued (drained now) or was drained by an
+                // earlier flush (in the store underneath): this flush covers both.
+                let res = self.flush_queued(target).await;
+                drop(turn);
+                self.flushed.notify_waiters();
+                return res;
             }
-            // Every batch up to `target` is queued (drained now) or was drained by an earlier
-            // flush (in the store underneath): this flush covers both.
-            let covered = self.drain()?;
-            self.inner.flush().await?;
-            self.clock.mark_durable(covered.max(target));
-            Ok(())
         })
     }
 
