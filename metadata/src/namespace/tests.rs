@@ -44,6 +44,9 @@ impl MetaStore for Watched {
     }
 }
 
+/// A change made to a namespace under test.
+type Change = Box<dyn Fn(&mut Namespace)>;
+
 fn p(s: &str) -> NsPath {
     NsPath::parse(s).unwrap()
 }
@@ -66,7 +69,7 @@ fn open(store: &Arc<Watched>) -> Namespace {
 fn memory_is_in_step_with_the_store_after_every_change() {
     let store = Arc::new(Watched::default());
     let mut ns = open(&store);
-    let changes: Vec<Box<dyn Fn(&mut Namespace)>> = vec![
+    let changes: Vec<Change> = vec![
         Box::new(|ns| ns.mkdirs(&p("/a/b/c"), true, 1).unwrap()),
         Box::new(|ns| drop(ns.create(&p("/a/b/f1"), &req(false), 2).unwrap())),
         Box::new(|ns| drop(ns.create(&p("/a/f2"), &req(false), 3).unwrap())),

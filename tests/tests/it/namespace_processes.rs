@@ -44,11 +44,11 @@ async fn worker(fs: FileSystem, id: usize, stop: Arc<AtomicBool>) -> Model {
     while !stop.load(Ordering::SeqCst) {
         n += 1;
         let name = format!("f{n}");
-        let (ok, added, removed) = if n % 7 == 0 {
+        let (ok, added, removed) = if n.is_multiple_of(7) {
             let name = format!("d{n}");
             let ok = fs.mkdirs(&format!("{dir}/{name}"), false).await.is_ok();
             (ok, Some(name), None)
-        } else if n % 3 == 0 && !m.acked.is_empty() {
+        } else if n.is_multiple_of(3) && !m.acked.is_empty() {
             let src = m.acked.iter().find(|s| s.starts_with('f')).cloned();
             let Some(src) = src else { continue };
             let dst = format!("r{n}");
@@ -58,7 +58,7 @@ async fn worker(fs: FileSystem, id: usize, stop: Arc<AtomicBool>) -> Model {
                 .is_ok();
             m.acked.remove(&src);
             (ok, Some(dst), Some(src))
-        } else if n % 5 == 0 && !m.acked.is_empty() {
+        } else if n.is_multiple_of(5) && !m.acked.is_empty() {
             let victim = m.acked.iter().find(|s| s.starts_with('r')).cloned();
             let Some(victim) = victim else { continue };
             let ok = fs
