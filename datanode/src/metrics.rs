@@ -227,6 +227,8 @@ metrics! {
     stream_pieces_read: Counter = "stream_pieces_read",
     /// ReadChunk chunks sent.
     chunks_sent: Counter = "chunks_sent",
+    /// ReadChunk reply buffers allocated (one per connection: reused from chunk to chunk).
+    chunk_buffers_allocated: Counter = "chunk_buffers_allocated",
     /// Bytes announced to the kernel with posix_fadvise(WILLNEED).
     prefetch_advised_bytes: Counter = "prefetch_advised_bytes",
     /// Bytes dropped from the page cache behind a reader (posix_fadvise(DONTNEED)).

@@ -8,14 +8,15 @@
 //! `min(offset + length, visible length)`.
 
 use super::prefetch::Prefetcher;
-use super::range::{read_piece, Piece};
+use super::range::{payload_len, read_piece_into, Piece};
 use super::reader::{BlockReader, PieceSource, ReaderItem};
 use super::window::ReadWindow;
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
+use crate::sys::{fadvise, Advice};
 use crate::wire::{self, FrameWriter};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use sluice_common::checksum;
 use sluice_common::config::PrefetchAdvice;
 use sluice_common::proto::{
@@ -223,8 +224,43 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     wire::send(w, Message::ReadEnd(end), Bytes::new(), t).await
 }
 
-/// `ReadChunk`: `OpResponse`, then one `Chunk`.
-pub(crate) async fn read_chunk(ctx: &Ctx, op: ReadChunkOp, w: &mut FrameWriter) -> Result<()> {
+/// The reply buffer of one connection's `ReadChunk`s, reused from chunk to chunk: the classic
+/// read pays a request and a disk read per chunk, not a fresh zero-filled allocation.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkBuffer {
+    spare: Option<BytesMut>,
+}
+
+impl ChunkBuffer {
+    /// A buffer of `len` bytes: the spare one when there is one (its old contents are
+    /// overwritten by the read; only growth past its length is zero-filled), else a new one.
+    fn take(&mut self, ctx: &Ctx, len: usize) -> BytesMut {
+        let mut buf = self.spare.take().unwrap_or_else(|| {
+            ctx.metrics.chunk_buffers_allocated.inc();
+            BytesMut::new()
+        });
+        if buf.len() >= len {
+            buf.truncate(len);
+        } else {
+            buf.resize(len, 0);
+        }
+        buf
+    }
+
+    /// Keeps the piece's buffer for the next chunk, when nothing else shares it.
+    fn give_back(&mut self, piece: Piece) {
+        self.spare = piece.into_buffer();
+    }
+}
+
+/// `ReadChunk`: `OpResponse`, then one `Chunk`. A chunk longer than
+/// `read.ahead.cache.bytes.threshold` drops its pages once read, as a streaming read does.
+pub(crate) async fn read_chunk(
+    ctx: &Ctx,
+    op: ReadChunkOp,
+    w: &mut FrameWriter,
+    buffer: &mut ChunkBuffer,
+) -> Result<()> {
     ctx.metrics.read_chunk_ops.inc();
     let _timer = ctx.metrics.read_chunk_seconds.start_timer();
     let plan = match plan(ctx, op.block, op.offset, op.length).await {
@@ -244,8 +280,18 @@ pub(crate) async fn read_chunk(ctx: &Ctx, op: ReadChunkOp, w: &mut FrameWriter) 
     let (start, response) = (plan.start, plan.response);
     let replica = plan.replica;
     let stored = replica.entry.live.bytes_on_disk();
+    let buf = buffer.take(ctx, payload_len(&replica, len as usize));
+    let drop_behind = len > ctx.cfg.read_ahead_cache_threshold.bytes();
+    let metrics = ctx.metrics.clone();
     let piece = match ctx
-        .blocking(move || read_piece(&replica, start, len as usize, stored))
+        .blocking(move || {
+            let piece = read_piece_into(&replica, start, len as usize, stored, buf)?;
+            if drop_behind {
+                fadvise(&replica.block, start, len, Advice::DontNeed);
+                metrics.dropbehind_bytes.add(len);
+            }
+            Ok(piece)
+        })
         .await
     {
         Ok(p) => p,
@@ -254,6 +300,7 @@ pub(crate) async fn read_chunk(ctx: &Ctx, op: ReadChunkOp, w: &mut FrameWriter) 
     wire::respond(w, response, ctx.socket_timeout()).await?;
     send_piece(ctx, w, &piece, bpc).await?;
     ctx.metrics.chunks_sent.inc();
+    buffer.give_back(piece);
     Ok(())
 }
 

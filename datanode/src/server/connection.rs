@@ -22,6 +22,7 @@ use tracing::Instrument;
 pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
     let (mut reader, mut writer) = wire::split(stream, ctx.codec());
     let t = ctx.socket_timeout();
+    let mut chunk_buffer = read::ChunkBuffer::default();
     loop {
         let next = tokio::select! {
             biased;
@@ -63,7 +64,7 @@ pub(crate) async fn serve(ctx: Ctx, stream: TcpStream) {
             let _ = wire::respond(&mut writer, resp, t).await;
             return;
         }
-        match dispatch(&ctx, op, token, reader, writer).await {
+        match dispatch(&ctx, op, token, (reader, writer), &mut chunk_buffer).await {
             Some((r, w)) => (reader, writer) = (r, w),
             None => return,
         }
@@ -93,8 +94,8 @@ async fn dispatch(
     ctx: &Ctx,
     op: Op,
     token: Option<BlockToken>,
-    reader: FrameReader,
-    mut writer: FrameWriter,
+    (reader, mut writer): (FrameReader, FrameWriter),
+    chunk_buffer: &mut read::ChunkBuffer,
 ) -> Option<(FrameReader, FrameWriter)> {
     let res = match op {
         Op::WriteBlock(op) => {
@@ -111,7 +112,7 @@ async fn dispatch(
         Op::ReadChunk(op) => {
             let span =
                 tracing::debug_span!("read_chunk", block = %op.block.id, node = %ctx.node_id);
-            read::read_chunk(ctx, op, &mut writer)
+            read::read_chunk(ctx, op, &mut writer, chunk_buffer)
                 .instrument(span)
                 .await
         }

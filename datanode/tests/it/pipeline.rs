@@ -396,3 +396,49 @@ async fn disk_corruption_reaches_the_reader_as_a_checksum_mismatch() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_reads_reuse_one_buffer_per_connection_and_drop_their_pages_behind() {
+    within(30, async {
+        let (meta_addr, _) = fake_meta().await;
+        let n = Node::start(meta_addr).await;
+        let chunk = 512u64 << 10; // above read.ahead.cache.bytes.threshold (256 KiB)
+        let data = random_bytes(4 * chunk as usize, 7);
+        let b = block(7, 1, 0);
+        write_block(n.addr(), vec![], b, &data).await;
+        let m = n.dn().metrics();
+        let (allocated, dropped) = (
+            m.chunk_buffers_allocated.get(),
+            m.dropbehind_bytes.get(),
+        );
+        let mut c = Client::connect(n.addr()).await;
+        let mut all = Vec::new();
+        for i in 0..4 {
+            let (r, got) = read_chunk(&mut c, b, i * chunk, chunk).await;
+            assert_eq!(r.status, Status::Success, "{}", r.message);
+            all.extend_from_slice(&got);
+        }
+        assert_eq!(all, data, "the reused buffer carries each chunk's own bytes");
+        assert_eq!(
+            m.chunk_buffers_allocated.get() - allocated,
+            1,
+            "four chunks on one connection, one buffer"
+        );
+        assert_eq!(
+            m.dropbehind_bytes.get() - dropped,
+            4 * chunk,
+            "each chunk past the threshold dropped behind, as a streaming read does"
+        );
+        // A short chunk and then a full one again on the same buffer.
+        let (_, got) = read_chunk(&mut c, b, 0, 1000).await;
+        assert_eq!(got, &data[..1000]);
+        let (_, got) = read_chunk(&mut c, b, chunk, chunk).await;
+        assert_eq!(got, &data[chunk as usize..2 * chunk as usize]);
+        assert_eq!(m.chunk_buffers_allocated.get() - allocated, 1);
+        let mut c2 = Client::connect(n.addr()).await;
+        let (_, got) = read_chunk(&mut c2, b, 0, chunk).await;
+        assert_eq!(got, &data[..chunk as usize]);
+        assert_eq!(m.chunk_buffers_allocated.get() - allocated, 2, "one per connection");
+    })
+    .await
+}
