@@ -407,10 +407,7 @@ async fn chunk_reads_reuse_one_buffer_per_connection_and_drop_their_pages_behind
         let b = block(7, 1, 0);
         write_block(n.addr(), vec![], b, &data).await;
         let m = n.dn().metrics();
-        let (allocated, dropped) = (
-            m.chunk_buffers_allocated.get(),
-            m.dropbehind_bytes.get(),
-        );
+        let (allocated, dropped) = (m.chunk_buffers_allocated.get(), m.dropbehind_bytes.get());
         let mut c = Client::connect(n.addr()).await;
         let mut all = Vec::new();
         for i in 0..4 {
@@ -418,7 +415,10 @@ async fn chunk_reads_reuse_one_buffer_per_connection_and_drop_their_pages_behind
             assert_eq!(r.status, Status::Success, "{}", r.message);
             all.extend_from_slice(&got);
         }
-        assert_eq!(all, data, "the reused buffer carries each chunk's own bytes");
+        assert_eq!(
+            all, data,
+            "the reused buffer carries each chunk's own bytes"
+        );
         assert_eq!(
             m.chunk_buffers_allocated.get() - allocated,
             1,
@@ -438,7 +438,11 @@ async fn chunk_reads_reuse_one_buffer_per_connection_and_drop_their_pages_behind
         let mut c2 = Client::connect(n.addr()).await;
         let (_, got) = read_chunk(&mut c2, b, 0, chunk).await;
         assert_eq!(got, &data[..chunk as usize]);
-        assert_eq!(m.chunk_buffers_allocated.get() - allocated, 2, "one per connection");
+        assert_eq!(
+            m.chunk_buffers_allocated.get() - allocated,
+            2,
+            "one per connection"
+        );
     })
     .await
 }

@@ -1,6 +1,7 @@
 //! The page cache and the machine, as the benchmarks need them: warm every replica file of
 //! their cluster (read it through the cache) or evict it (`fdatasync`, then
-//! `posix_fadvise(DONTNEED)`), and describe the CPU, memory and disk the figures come from.
+//! `posix_fadvise(DONTNEED)`), check what is resident (`mincore`), and describe the CPU,
+//! memory and disk the figures come from.
 
 use serde::Serialize;
 use std::fs::File;
@@ -66,6 +67,61 @@ pub fn evict(files: &[PathBuf]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The fraction of the files' pages that are in the page cache (`mincore` over a read-only
+/// mapping of each file); 0 when the files hold no bytes. Verifies "cold" and "warm" rather than
+/// assuming them.
+#[allow(unsafe_code)] // mmap/mincore/munmap: the benchmarks look at their own files' pages
+pub fn resident_fraction(files: &[PathBuf]) -> std::io::Result<f64> {
+    // SAFETY: sysconf only reads its argument.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = usize::try_from(page)
+        .ok()
+        .filter(|p| *p > 0)
+        .unwrap_or(4096);
+    let (mut resident, mut total) = (0u64, 0u64);
+    for f in files {
+        let file = File::open(f)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| std::io::Error::other("file too large to map"))?;
+        if len == 0 {
+            continue;
+        }
+        let pages = len.div_ceil(page);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: a fresh shared read-only mapping of an open file; its memory is never
+        // dereferenced, only passed to mincore, and it is unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `addr` is page-aligned (mmap), maps `len` bytes, and `vec` has one byte per
+        // page of them.
+        let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+        let err = std::io::Error::last_os_error();
+        // SAFETY: unmaps exactly the mapping made above.
+        unsafe { libc::munmap(addr, len) };
+        if rc != 0 {
+            return Err(err);
+        }
+        resident += vec.iter().filter(|b| *b & 1 == 1).count() as u64;
+        total += pages as u64;
+    }
+    Ok(if total == 0 {
+        0.0
+    } else {
+        resident as f64 / total as f64
+    })
 }
 
 /// What the figures were measured on.
@@ -148,4 +204,30 @@ fn disk_of(dir: &Path) -> (String, Option<bool>, Option<u64>) {
     let rotational = queue("rotational").map(|s| s == "1");
     let read_ahead = queue("read_ahead_kb").and_then(|s| s.parse().ok());
     (name, rotational, read_ahead)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn residency_is_about_zero_after_eviction_and_about_one_after_a_read() {
+        // A temp dir on a disk-backed file system (tmpfs ignores DONTNEED).
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("temp dir");
+        let path = dir.path().join("blk_1");
+        let mut f = File::create(&path).expect("create");
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+        f.write_all(&data).expect("write");
+        f.sync_all().expect("sync");
+        let files = replica_files(dir.path());
+        assert_eq!(files, vec![path]);
+        evict(&files).expect("evict");
+        let cold = resident_fraction(&files).expect("mincore");
+        assert!(cold < 0.05, "{cold} resident after eviction");
+        assert_eq!(warm(&files).expect("warm"), 1 << 20);
+        let warm = resident_fraction(&files).expect("mincore");
+        assert!(warm > 0.95, "{warm} resident after a read");
+        assert_eq!(resident_fraction(&[]).expect("none"), 0.0);
+    }
 }

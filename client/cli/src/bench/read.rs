@@ -13,6 +13,14 @@
 //!    configuration — to show what each part of prefetch adds (1 and 2 run with the
 //!    configured settings, `"auto"` by default);
 //!
+//! Before each timed run the benchmark measures, with `mincore`, the fraction of the replica
+//! files' pages in the page cache, and prints it for every row (`resident`, the largest any run
+//! started with): "cold" and "warm" are verified, not assumed, and a cold run that did not
+//! start cold is named in a note. Both modes treat the page cache alike on the DataNode (a
+//! read longer than `read.ahead.cache.bytes.threshold` drops its pages behind it, a streaming
+//! read and each 4 MiB `ReadChunk` alike), so with `--metadata` neither leaves the other a
+//! warm cache.
+//!
 //! plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
 //! should be read against. Each configuration runs `--runs` times (min/median/max); runs of
 //! both modes are interleaved so that drift on a shared machine hits both alike.
@@ -168,6 +176,7 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
         }
         cluster.stop().await;
     }
+    report.check_cold();
     report.compute_ratios();
     Ok(report)
 }
@@ -323,12 +332,13 @@ async fn experiment(
     modes: &[ReadMode],
     prefetch: &str,
 ) -> anyhow::Result<Vec<Row>> {
-    let mut samples = vec![Vec::new(); caches.len() * modes.len()];
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
     for _ in 0..args.runs {
         for (ci, cache) in caches.iter().enumerate() {
             for (mi, mode) in modes.iter().enumerate() {
-                prepare(dir, *cache).await?;
-                let s = timed_read(fs, args, paths, *mode).await?;
+                let resident = prepare(dir, *cache).await?;
+                let mut s = timed_read(fs, args, paths, *mode).await?;
+                s.resident = resident;
                 samples[ci * modes.len() + mi].push(s);
             }
         }
@@ -353,10 +363,11 @@ async fn experiment(
     Ok(rows)
 }
 
-/// Warms or evicts every replica file under `dir`.
-async fn prepare(dir: &Path, cache: CacheState) -> anyhow::Result<()> {
+/// Warms or evicts every replica file under `dir`; the fraction of their pages resident
+/// afterwards (`mincore`), `None` for the cache as it is (an existing cluster's files).
+async fn prepare(dir: &Path, cache: CacheState) -> anyhow::Result<Option<f64>> {
     if cache == CacheState::AsIs {
-        return Ok(());
+        return Ok(None);
     }
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || {
@@ -370,7 +381,9 @@ async fn prepare(dir: &Path, cache: CacheState) -> anyhow::Result<()> {
             CacheState::Warm => cache::warm(&files).map(|_| ()),
             _ => cache::evict(&files),
         }
-        .context("preparing the page cache")
+        .context("preparing the page cache")?;
+        let resident = cache::resident_fraction(&files).context("mincore over the replicas")?;
+        Ok(Some(resident))
     })
     .await?
 }

@@ -11,6 +11,9 @@ pub struct Sample {
     pub secs: f64,
     /// Bytes read per second, in MB/s (10^6 bytes, as upstream reports).
     pub mb_per_s: f64,
+    /// The fraction of the replica files' pages in the page cache when the run started
+    /// (`mincore`); `None` where the files cannot be looked at (an existing cluster).
+    pub resident: Option<f64>,
 }
 
 impl Sample {
@@ -19,6 +22,7 @@ impl Sample {
         Sample {
             secs,
             mb_per_s: bytes as f64 / secs.max(1e-9) / 1e6,
+            resident: None,
         }
     }
 }
@@ -77,6 +81,8 @@ pub struct Row {
     pub secs: Spread,
     /// Aggregate MB/s per run.
     pub mb_per_s: Spread,
+    /// The largest resident fraction any run started with; `None` when not measured.
+    pub resident_max: Option<f64>,
 }
 
 impl Row {
@@ -95,6 +101,7 @@ impl Row {
             prefetch,
             secs: Spread::of(runs.iter().map(|s| s.secs)),
             mb_per_s: Spread::of(runs.iter().map(|s| s.mb_per_s)),
+            resident_max: runs.iter().filter_map(|s| s.resident).reduce(f64::max),
             runs,
         }
     }
@@ -178,6 +185,23 @@ impl Report {
         self.ratios = out;
     }
 
+    /// Names every cold row whose runs did not all start cold (more than 5% of the replica
+    /// pages resident when the clock started).
+    pub fn check_cold(&mut self) {
+        for r in &self.rows {
+            if let Some(f) = r.resident_max.filter(|f| r.cache == "cold" && *f > 0.05) {
+                self.notes.push(format!(
+                    "{} thread(s) {} (prefetch {}): a cold run started with {:.1}% of the \
+                     replica pages resident; eviction did not take",
+                    r.threads,
+                    r.mode,
+                    r.prefetch,
+                    f * 100.0
+                ));
+            }
+        }
+    }
+
     /// The human-readable table.
     pub fn print_table(&self) {
         let m = &self.machine;
@@ -211,12 +235,18 @@ impl Report {
         );
         println!();
         println!(
-            "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}",
-            "threads", "mode", "cache", "prefetch", "seconds min/med/max", "MB/s min/med/max"
+            "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}  {:>9}",
+            "threads",
+            "mode",
+            "cache",
+            "prefetch",
+            "seconds min/med/max",
+            "MB/s min/med/max",
+            "resident"
         );
         for r in &self.rows {
             println!(
-                "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}",
+                "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}  {:>9}",
                 r.threads,
                 r.mode,
                 r.cache,
@@ -226,6 +256,8 @@ impl Report {
                     "{:.0}/{:.0}/{:.0}",
                     r.mb_per_s.min, r.mb_per_s.median, r.mb_per_s.max
                 ),
+                r.resident_max
+                    .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
             );
         }
         println!();
