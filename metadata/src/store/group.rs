@@ -75,6 +75,20 @@ impl GroupCommit {
     }
 }
 
+/// The flush lock while one caller flushes: dropping it (the flush ended, or its caller was
+/// cancelled) releases the lock, then wakes every caller waiting for a flush to end.
+struct Turn<'a> {
+    lock: Option<tokio::sync::MutexGuard<'a, ()>>,
+    flushed: &'a tokio::sync::Notify,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        drop(self.lock.take());
+        self.flushed.notify_waiters();
+    }
+}
+
 impl MetaStore for GroupCommit {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let _drain = locked(&self.draining);
@@ -132,16 +146,20 @@ impl MetaStore for GroupCommit {
                 let ended = self.flushed.notified();
                 let mut ended = std::pin::pin!(ended);
                 ended.as_mut().enable();
-                let Ok(turn) = self.flushing.try_lock() else {
+                let Ok(lock) = self.flushing.try_lock() else {
                     ended.await;
                     continue;
                 };
+                // Released, and every waiter woken, also when this caller is cancelled
+                // mid-flush (a request dropped at its deadline): a waiter must never sleep
+                // on a flush that nobody runs any more.
+                let _turn = Turn {
+                    lock: Some(lock),
+                    flushed: &self.flushed,
+                };
                 // Every batch up to `target` is queued (drained now) or was drained by an
                 // earlier flush (in the store underneath): this flush covers both.
-                let res = self.flush_queued(target).await;
-                drop(turn);
-                self.flushed.notify_waiters();
-                return res;
+                return self.flush_queued(target).await;
             }
         })
     }
@@ -204,5 +222,42 @@ mod tests {
         // A flush with nothing new does not reach the store underneath.
         futures::executor::block_on(gc.flush()).unwrap();
         assert_eq!(inner.flushes_completed(), flushes + 1);
+    }
+
+    /// A caller cancelled while its flush runs (a request dropped at its deadline) still
+    /// wakes the callers waiting for that flush; one of them then flushes. Before, the
+    /// waiters slept until some later flush, which under a quiet load never came.
+    #[tokio::test]
+    async fn a_flush_cancelled_midway_wakes_its_waiters() {
+        let inner = Arc::new(MemStore::new());
+        let gc = Arc::new(GroupCommit::new(inner.clone()));
+        gc.apply(batch(&[("k/a", "1")], &[])).unwrap();
+        inner.hold_flushes();
+        let first = tokio::spawn({
+            let gc = gc.clone();
+            async move { gc.flush().await }
+        });
+        while inner.flushes_started() == 0 {
+            tokio::task::yield_now().await;
+        }
+        gc.apply(batch(&[("k/b", "2")], &[])).unwrap();
+        let second = tokio::spawn({
+            let gc = gc.clone();
+            async move { gc.flush().await }
+        });
+        // Let the second caller find the flush lock taken and wait.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        first.abort();
+        let _ = first.await;
+        inner.release_flushes();
+        let done = tokio::time::timeout(std::time::Duration::from_secs(10), second).await;
+        assert!(
+            matches!(done, Ok(Ok(Ok(())))),
+            "the waiter of a cancelled flush was never woken: {done:?}"
+        );
+        assert_eq!(gc.clock().durable(), 2);
+        assert_eq!(inner.crashed().get(b"k/b").unwrap(), Some(b"2".to_vec()));
     }
 }
