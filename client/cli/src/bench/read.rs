@@ -81,6 +81,9 @@ pub struct ReadArgs {
     /// Keep the cluster directory.
     #[arg(long)]
     pub keep: bool,
+    /// The disk the cluster is given.
+    #[command(flatten)]
+    pub profile: super::disk_profile::ProfileArgs,
 }
 
 /// How the page cache is prepared before a run.
@@ -107,6 +110,7 @@ const FILES_DIR: &str = "/bench/read";
 pub async fn run(args: &ReadArgs, g: &Globals) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(args.threads >= 1, "--threads must be at least 1");
+    super::disk_profile::refuse_existing(&args.profile, g.metadata_given)?;
     let report = if g.metadata_given {
         run_existing(args, g).await?
     } else {
@@ -124,7 +128,9 @@ pub async fn run(args: &ReadArgs, g: &Globals) -> anyhow::Result<ExitCode> {
 async fn run_embedded(args: &ReadArgs, g: &Globals) -> anyhow::Result<Report> {
     let dir = &args.dir;
     super::fresh_dir(dir)?;
-    let r = measure_embedded(args, g, dir).await;
+    let note = |r: &mut Report, n| r.notes.push(n);
+    let r =
+        super::disk_profile::within(&args.profile, dir, measure_embedded(args, g, dir), note).await;
     if !args.keep {
         let _ = std::fs::remove_dir_all(dir);
     }

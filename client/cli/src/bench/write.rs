@@ -65,6 +65,9 @@ pub struct WriteArgs {
     /// Keep the cluster directories.
     #[arg(long)]
     pub keep: bool,
+    /// The disk the clusters are given.
+    #[command(flatten)]
+    pub profile: super::disk_profile::ProfileArgs,
 }
 
 /// One experiment in one configuration, over the runs.
@@ -109,11 +112,14 @@ pub async fn run(args: &WriteArgs, g: &Globals) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(args.writers >= 1, "--writers must be at least 1");
     anyhow::ensure!(!args.configs.is_empty(), "--configs names no configuration");
+    super::disk_profile::refuse_existing(&args.profile, g.metadata_given)?;
     let report = if g.metadata_given {
         existing(args, g).await?
     } else {
         fresh_dir(&args.dir)?;
-        let r = embedded(args, g).await;
+        let note = |r: &mut Report, n| r.notes.push(n);
+        let r =
+            super::disk_profile::within(&args.profile, &args.dir, embedded(args, g), note).await;
         if !args.keep {
             let _ = std::fs::remove_dir_all(&args.dir);
         }

@@ -1,10 +1,12 @@
 //! The `sluice` command's integration tests, one binary: the real binary against the fakes
 //! (`cli`), `sluice local` as a process (`local`) and every benchmark on tiny embedded clusters
-//! (`bench`), and the `hdfs dfs` verbs against `sluice local` (`verbs`).
+//! (`bench`), the HDD disk profile's cgroups (`disk_profile`), and the `hdfs dfs` verbs
+//! against `sluice local` (`verbs`).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod bench;
 mod cli;
+mod disk_profile;
 mod local;
 mod verbs;
