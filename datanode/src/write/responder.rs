@@ -16,12 +16,66 @@ use crate::failpoint::FailAction;
 use crate::storage::replica::ReplicaLive;
 use crate::wire::{self, FrameReader, FrameWriter};
 use bytes::Bytes;
+use futures::Stream;
+use sluice_common::frame::Frame;
+use sluice_common::framed;
 use sluice_common::proto::{Message, PipelineAck};
-use sluice_common::Status;
+use sluice_common::{FrameError, Status};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// How long the downstream's socket is still read for an ack once forwarding to it failed.
+/// The ack may already be in the socket (sent just before the downstream closed) while the
+/// reactor has not yet reported it readable; a peer that is gone answers within it with
+/// end-of-stream or a reset.
+const FORWARD_FAILED_GRACE: Duration = Duration::from_secs(1);
+
+/// What reading the downstream ack of one packet gave.
+#[derive(Debug)]
+pub(crate) enum DownstreamAck {
+    /// A frame (checked by the caller).
+    Frame(Frame<Message>),
+    /// The downstream closed the connection between frames.
+    Closed,
+    /// Reading failed or timed out.
+    Failed(framed::TimedError),
+    /// Forwarding to the downstream failed and no ack came within the grace.
+    ForwardFailed,
+}
+
+/// Reads the next downstream ack within `limit`, or gives up once forwarding downstream
+/// failed (`lost`). An ack already sent wins over a failed forward: the downstream may have
+/// acked (naming a node further down as bad) and closed before this node's next forward, and
+/// blaming the downstream for that would take the wrong DataNode out of the pipeline. So
+/// after `lost` the socket is still read for [`FORWARD_FAILED_GRACE`].
+pub(crate) async fn next_downstream_ack<S>(
+    reader: &mut S,
+    limit: Duration,
+    lost: &CancellationToken,
+) -> DownstreamAck
+where
+    S: Stream<Item = Result<Frame<Message>, FrameError>> + Unpin,
+{
+    let got = tokio::select! {
+        biased;
+        r = framed::recv_within(reader, limit) => Some(r),
+        _ = lost.cancelled() => None,
+    };
+    let got = match got {
+        Some(r) => r,
+        None => match framed::recv_within(reader, limit.min(FORWARD_FAILED_GRACE)).await {
+            Ok(Some(f)) => Ok(Some(f)),
+            _ => return DownstreamAck::ForwardFailed,
+        },
+    };
+    match got {
+        Ok(Some(f)) => DownstreamAck::Frame(f),
+        Ok(None) => DownstreamAck::Closed,
+        Err(e) => DownstreamAck::Failed(e),
+    }
+}
 
 /// One packet's local outcome, queued for acknowledgement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,16 +169,8 @@ impl Responder {
             return vec![Status::Success];
         };
         let t = sluice_common::proto::ack_timeout(self.ctx.socket_timeout(), self.downstream_nodes);
-        // An ack already received wins over a failed forward: the downstream may have acked
-        // (naming a node further down as bad) and closed before this node's next forward, and
-        // blaming the downstream for that would take the wrong DataNode out of the pipeline.
-        let got = tokio::select! {
-            biased;
-            r = wire::recv(reader, t, "the downstream ack") => Some(r),
-            _ = self.downstream_lost.cancelled() => None,
-        };
-        match got {
-            Some(Ok(Some(f))) => match f.header {
+        match next_downstream_ack(reader, t, &self.downstream_lost).await {
+            DownstreamAck::Frame(f) => match f.header {
                 Message::Ack(a) if a.seqno == seqno && !a.replies.is_empty() => {
                     let mut out = Vec::with_capacity(a.replies.len() + 1);
                     out.push(Status::Success);
@@ -133,9 +179,9 @@ impl Responder {
                 }
                 other => tracing::warn!(seqno, "downstream answered {other:?}"),
             },
-            Some(Ok(None)) => tracing::warn!(seqno, "downstream closed the connection"),
-            Some(Err(e)) => tracing::warn!(seqno, "downstream ack: {e}"),
-            None => tracing::warn!(seqno, "forwarding downstream failed"),
+            DownstreamAck::Closed => tracing::warn!(seqno, "downstream closed the connection"),
+            DownstreamAck::Failed(e) => tracing::warn!(seqno, "downstream ack: {e}"),
+            DownstreamAck::ForwardFailed => tracing::warn!(seqno, "forwarding downstream failed"),
         }
         self.downstream = None;
         vec![Status::Success, Status::Error]
@@ -172,5 +218,75 @@ impl Responder {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// Yields its frames, but answers the first poll `Pending` (waking itself at once), as a
+    /// socket does whose data has arrived before the reactor reported it readable.
+    struct LateReady {
+        polled: bool,
+        frames: Vec<Frame<Message>>,
+    }
+
+    impl Stream for LateReady {
+        type Item = Result<Frame<Message>, FrameError>;
+
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+            if !self.polled {
+                self.polled = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(self.frames.pop().map(Ok))
+        }
+    }
+
+    fn ack(seqno: i64) -> Frame<Message> {
+        Frame::new(Message::Ack(PipelineAck {
+            seqno,
+            replies: vec![Status::Success, Status::Error],
+        }))
+    }
+
+    #[tokio::test]
+    async fn an_ack_sent_before_a_failed_forward_is_still_read() {
+        // The forward of a later packet failed before this ack was seen: the ack (which blames
+        // a node further down) must win, or the healthy downstream is taken out instead.
+        let lost = CancellationToken::new();
+        lost.cancel();
+        let mut reader = LateReady {
+            polled: false,
+            frames: vec![ack(1)],
+        };
+        let got = next_downstream_ack(&mut reader, Duration::from_secs(5), &lost).await;
+        match got {
+            DownstreamAck::Frame(f) => assert!(matches!(f.header, Message::Ack(a) if a.seqno == 1)),
+            other => panic!("the ack was lost: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_forward_without_an_ack_blames_the_downstream_within_the_grace() {
+        let lost = CancellationToken::new();
+        lost.cancel();
+        let mut reader = futures::stream::pending::<Result<Frame<Message>, FrameError>>();
+        let started = Instant::now();
+        let got = next_downstream_ack(&mut reader, Duration::from_secs(30), &lost).await;
+        assert!(matches!(got, DownstreamAck::ForwardFailed), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_closed_downstream_is_reported_as_closed() {
+        let lost = CancellationToken::new();
+        let mut reader = futures::stream::empty::<Result<Frame<Message>, FrameError>>();
+        let got = next_downstream_ack(&mut reader, Duration::from_secs(5), &lost).await;
+        assert!(matches!(got, DownstreamAck::Closed), "{got:?}");
     }
 }
