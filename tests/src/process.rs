@@ -225,6 +225,16 @@ impl ProcessCluster {
         self.datanodes.get(i).is_some_and(|d| d.child.is_some())
     }
 
+    /// DataNode `i`'s process id while it runs.
+    pub fn datanode_pid(&self, i: usize) -> Option<u32> {
+        self.datanodes.get(i)?.child.as_ref()?.id()
+    }
+
+    /// The metadata service's process id while it runs.
+    pub fn metadata_pid(&self) -> Option<u32> {
+        self.metadata.as_ref()?.id()
+    }
+
     /// DataNode `i`'s data port (0 before its first start).
     pub fn datanode_port(&self, i: usize) -> u16 {
         self.datanodes.get(i).map_or(0, |d| d.port)
@@ -422,6 +432,33 @@ impl Drop for ProcessCluster {
             let _ = c.start_kill();
         }
     }
+}
+
+/// A process's memory, from `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// Resident set now (`VmRSS`), bytes.
+    pub rss: u64,
+    /// Peak resident set since the process started (`VmHWM`), bytes.
+    pub peak: u64,
+}
+
+/// The memory of process `pid` (a node of a [`ProcessCluster`]: its RSS is the node's own).
+pub fn memory(pid: u32) -> anyhow::Result<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))?;
+        let kib = line.trim().trim_end_matches("kB").trim().parse::<u64>()?;
+        Ok(kib * 1024)
+    };
+    Ok(Memory {
+        rss: field("VmRSS:")?,
+        peak: field("VmHWM:")?,
+    })
 }
 
 /// Spawns `cmd` with its stderr (the log) in `log` and its stdout (where the ready line goes) in

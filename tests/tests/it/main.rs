@@ -10,6 +10,7 @@ mod batching;
 mod foundation;
 mod hflush_processes;
 mod hostile;
+mod hostile_processes;
 mod hostile_traffic;
 mod lazyfs;
 mod metrics;
