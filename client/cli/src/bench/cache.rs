@@ -55,16 +55,25 @@ pub fn warm(files: &[PathBuf]) -> std::io::Result<u64> {
 
 /// Drops every file's pages from the page cache: written back first (`fdatasync`), since the
 /// kernel keeps dirty pages whatever it is advised.
-#[allow(unsafe_code)] // posix_fadvise: the benchmarks evict their own files from the page cache
 pub fn evict(files: &[PathBuf]) -> std::io::Result<()> {
     for f in files {
         let file = File::open(f)?;
         file.sync_data()?;
-        // SAFETY: the fd is open for the duration of the call; fadvise only reads arguments.
-        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
+        drop_pages(&file, 0, 0)?;
+    }
+    Ok(())
+}
+
+/// `posix_fadvise(DONTNEED)` over `[offset, offset + len)` of `file` (`len` 0: to the end):
+/// clean pages leave the page cache, dirty ones are queued for writeback.
+#[allow(unsafe_code)] // posix_fadvise: the benchmarks drop their own files' pages
+pub fn drop_pages(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    let (offset, len) = (offset as libc::off_t, len as libc::off_t);
+    // SAFETY: the fd is open for the duration of the call; fadvise only reads arguments.
+    let rc =
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
     }
     Ok(())
 }

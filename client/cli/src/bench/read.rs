@@ -21,7 +21,12 @@
 //! read and each 4 MiB `ReadChunk` alike), so with `--metadata` neither leaves the other a
 //! warm cache.
 //!
-//! plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
+//! Every (threads, cache) pair is also measured without Sluice in the same runs
+//! ([`super::floor::read`]: each reader's share of the replica files, in the same page-cache
+//! state, read by one thread in the client's piece size and copied over loopback TCP to
+//! another); each row prints Sluice's MB/s and CPU s/GiB (the whole process) next to the
+//! floor's and the ratios (JSON: `mb_s`, `cpu_s_per_gib`, `floor_mb_s`,
+//! `floor_cpu_s_per_gib`, `mb_s_vs_floor`, `cpu_vs_floor`). Plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
 //! should be read against. Each configuration runs `--runs` times (min/median/max); runs of
 //! both modes are interleaved so that drift on a shared machine hits both alike.
 //!
@@ -33,6 +38,8 @@
 mod report;
 
 use super::cache::{self, Machine};
+use super::floor::{self, FloorSample};
+use super::report::process_cpu_secs;
 use crate::Globals;
 use anyhow::Context as _;
 use clap::Args;
@@ -155,9 +162,13 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     let caches = [CacheState::Warm, CacheState::Cold];
     let modes = [ReadMode::Stream, ReadMode::Chunk];
     let label = format!("{window},{}", advice_name(fadvise));
+    let local = Some(Local {
+        dir,
+        piece: g.config.read_piece_bytes.as_usize(),
+    });
     for threads in [1, args.threads] {
         let set = &paths[..threads];
-        let rows = experiment(&fs, args, dir, set, &caches, &modes, &label).await?;
+        let rows = experiment(&fs, args, local, set, &caches, &modes, &label).await?;
         report.rows.extend(rows);
     }
     cluster.stop().await;
@@ -177,7 +188,7 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
         for threads in [1, args.threads] {
             let set = &paths[..threads];
             let stream = [ReadMode::Stream];
-            let rows = experiment(&fs, args, dir, set, &caches, &stream, &label).await?;
+            let rows = experiment(&fs, args, local, set, &caches, &stream, &label).await?;
             report.rows.extend(rows);
         }
         cluster.stop().await;
@@ -223,8 +234,8 @@ async fn run_existing(args: &ReadArgs, g: &Globals) -> anyhow::Result<Report> {
     report.machine.disk = "remote cluster (the client's machine is described)".into();
     report.notes.push(
         "an existing cluster (--metadata): its page cache cannot be controlled (cache \"as-is\") \
-         and its prefetch setting not changed; run without --metadata for warm/cold and \
-         prefetch on/off"
+         and its prefetch setting not changed, and its replica files are not here to measure \
+         the floor; run without --metadata for warm/cold, prefetch on/off and the floor"
             .into(),
     );
     let paths = files(args);
@@ -234,15 +245,7 @@ async fn run_existing(args: &ReadArgs, g: &Globals) -> anyhow::Result<Report> {
     for threads in [1, args.threads] {
         let set = &paths[..threads];
         let caches = [CacheState::AsIs];
-        let rows = experiment(
-            &fs,
-            args,
-            Path::new("."),
-            set,
-            &caches,
-            &modes,
-            "as configured",
-        );
+        let rows = experiment(&fs, args, None, set, &caches, &modes, "as configured");
         report.rows.extend(rows.await?);
     }
     let _ = fs.delete(FILES_DIR, true).await;
@@ -328,21 +331,38 @@ async fn write_files(fs: &FileSystem, args: &ReadArgs, paths: &[String]) -> anyh
     Ok(Sample::new(bytes, started.elapsed().as_secs_f64()).mb_per_s)
 }
 
-/// Runs every (cache, mode) pair `--runs` times over `paths` read concurrently, interleaved.
+/// The embedded cluster's directory (its replica files are prepared before each run and
+/// read by the floor) and the piece size the floor reads them in.
+#[derive(Debug, Clone, Copy)]
+struct Local<'a> {
+    dir: &'a Path,
+    piece: usize,
+}
+
+/// Runs every (cache, mode) pair `--runs` times over `paths` read concurrently, interleaved,
+/// and, on a local cluster, the floor of each cache state in the same runs.
 async fn experiment(
     fs: &FileSystem,
     args: &ReadArgs,
-    dir: &Path,
+    local: Option<Local<'_>>,
     paths: &[String],
     caches: &[CacheState],
     modes: &[ReadMode],
     prefetch: &str,
 ) -> anyhow::Result<Vec<Row>> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
+    let mut floors: Vec<Vec<FloorSample>> = vec![Vec::new(); caches.len()];
     for _ in 0..args.runs {
         for (ci, cache) in caches.iter().enumerate() {
+            if let Some(l) = local {
+                prepare(l.dir, *cache).await?;
+                floors[ci].push(floor_read(l, args, paths.len()).await?);
+            }
             for (mi, mode) in modes.iter().enumerate() {
-                let resident = prepare(dir, *cache).await?;
+                let resident = match local {
+                    Some(l) => prepare(l.dir, *cache).await?,
+                    None => None,
+                };
                 let mut s = timed_read(fs, args, paths, *mode).await?;
                 s.resident = resident;
                 samples[ci * modes.len() + mi].push(s);
@@ -357,16 +377,24 @@ async fn experiment(
                 ReadMode::Stream => "stream",
                 ReadMode::Chunk => "chunk",
             };
-            rows.push(Row::new(
-                paths.len(),
-                name,
-                cache.name(),
-                prefetch.into(),
-                runs,
-            ));
+            let row = Row::new(paths.len(), name, cache.name(), prefetch.into(), runs);
+            rows.push(row.with_floor(floors[ci].clone()));
         }
     }
     Ok(rows)
+}
+
+/// The floor of `readers` readers ([`floor::read`]): each reads `--size` bytes of the replica
+/// files under the cluster's directory (data files only, in name order, each reader its own
+/// stretch), in the page-cache state the caller prepared.
+async fn floor_read(l: Local<'_>, args: &ReadArgs, readers: usize) -> anyhow::Result<FloorSample> {
+    let files: Vec<PathBuf> = cache::replica_files(l.dir)
+        .into_iter()
+        .filter(|p| p.extension().is_none_or(|e| e != "meta"))
+        .collect();
+    let segs = floor::segments(&files, readers, args.size.bytes())?;
+    let (piece, read) = (l.piece, args.read_size.as_usize());
+    Ok(tokio::task::spawn_blocking(move || floor::read(&segs, piece, read)).await??)
 }
 
 /// Warms or evicts every replica file under `dir`; the fraction of their pages resident
@@ -401,6 +429,7 @@ async fn timed_read(
     paths: &[String],
     mode: ReadMode,
 ) -> anyhow::Result<Sample> {
+    let cpu = process_cpu_secs();
     let started = Instant::now();
     let tasks: Vec<_> = paths
         .iter()
@@ -415,9 +444,10 @@ async fn timed_read(
         total += t.await??;
     }
     let secs = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_secs() - cpu;
     let want = args.size.bytes() * paths.len() as u64;
     anyhow::ensure!(total == want, "read {total} bytes, expected {want}");
-    Ok(Sample::new(total, secs))
+    Ok(Sample::with_cpu(total, secs, cpu))
 }
 
 async fn read_file(
@@ -466,6 +496,7 @@ async fn loopback_once(bytes: u64) -> anyhow::Result<Sample> {
         s.shutdown().await
     });
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    let cpu = process_cpu_secs();
     let started = Instant::now();
     let mut buf = vec![0u8; 1 << 20];
     let mut got = 0u64;
@@ -478,6 +509,7 @@ async fn loopback_once(bytes: u64) -> anyhow::Result<Sample> {
     }
     let secs = started.elapsed().as_secs_f64();
     sender.await??;
+    let cpu = process_cpu_secs() - cpu;
     anyhow::ensure!(got == bytes, "loopback copy moved {got} of {bytes} bytes");
-    Ok(Sample::new(got, secs))
+    Ok(Sample::with_cpu(got, secs, cpu))
 }

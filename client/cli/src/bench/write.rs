@@ -10,11 +10,18 @@
 //! cluster), per-file write latency, and — from the DataNodes' own counters — block-file write
 //! calls per MiB on a buffered replica and on an unbuffered one.
 //!
+//! Every experiment is also measured without Sluice in the same run ([`super::floor`]): the
+//! same bytes through as many loopback hops and file writes as replicas, with the same write
+//! size and fsync policy, by plain threads; each row prints Sluice's MB/s and CPU s/GiB next
+//! to the floor's and the ratios (JSON: `mb_s`, `cpu_s_per_gib`, `floor_mb_s`,
+//! `floor_cpu_s_per_gib`, `mb_s_vs_floor`, `cpu_vs_floor`).
+//!
 //! Each configuration (`--configs`, default `off,last`) gets a fresh embedded cluster under
 //! `--dir`, removed afterwards unless `--keep`; `--runs` repeats everything, cycling through
 //! the configurations so that drift on a shared machine hits all alike. With the global
 //! `--metadata` the benchmark writes to that cluster instead, as it is configured.
 
+use super::floor::{self, FloorSample, VsFloor, WriteChain};
 use super::report::{
     opt, print_table, process_cpu_secs, scrape, Latencies, Machine, Spread, WriteCounters,
 };
@@ -82,6 +89,9 @@ struct Row {
     buffered_calls_per_mib: Option<f64>,
     direct_calls_per_mib: Option<f64>,
     counters: WriteCounters,
+    /// Medians against the floor's (flattened: `mb_s`, `floor_mb_s`, ...).
+    #[serde(flatten)]
+    vs_floor: VsFloor,
 }
 
 /// The whole report.
@@ -158,7 +168,15 @@ async fn embedded(args: &WriteArgs, g: &Globals) -> anyhow::Result<Report> {
     let mut report = new_report(args, g, &args.dir);
     let n = args.configs.len();
     let mut samples: Vec<[Vec<Sample>; 2]> = (0..n).map(|_| [Vec::new(), Vec::new()]).collect();
+    let mut floors: [Vec<FloorSample>; 2] = [Vec::new(), Vec::new()];
     for run in 0..args.runs {
+        for (ei, exp) in [Experiment::Single, Experiment::Many]
+            .into_iter()
+            .enumerate()
+        {
+            let dir = args.dir.join(format!("floor-{run}"));
+            floors[ei].push(measure_floor(args, g, exp, dir).await?);
+        }
         for (ci, config) in args.configs.iter().enumerate() {
             let dir = args.dir.join(format!("{}-{run}", config.name()));
             std::fs::create_dir_all(&dir)?;
@@ -177,7 +195,9 @@ async fn embedded(args: &WriteArgs, g: &Globals) -> anyhow::Result<Report> {
     for (ci, config) in args.configs.iter().enumerate() {
         for (ei, s) in std::mem::take(&mut samples[ci]).into_iter().enumerate() {
             let exp = [Experiment::Single, Experiment::Many][ei];
-            report.rows.push(row(args, exp, config.name(), s));
+            report
+                .rows
+                .push(row(args, exp, config.name(), s, &floors[ei]));
         }
     }
     Ok(report)
@@ -188,8 +208,9 @@ async fn existing(args: &WriteArgs, g: &Globals) -> anyhow::Result<Report> {
     let mut report = new_report(args, g, Path::new("."));
     report.machine.disk = "remote cluster (the client's machine is described)".into();
     report.notes.push(
-        "an existing cluster (--metadata): measured once per run as it is configured; run \
-         without --metadata to compare batching off and on"
+        "an existing cluster (--metadata): measured once per run as it is configured, without \
+         the floor (its disks are not here); run without --metadata to compare batching off \
+         and on and to measure the floor"
             .into(),
     );
     let mut single = Vec::new();
@@ -201,10 +222,10 @@ async fn existing(args: &WriteArgs, g: &Globals) -> anyhow::Result<Report> {
     let _ = fs.delete(FILES_DIR, true).await;
     report
         .rows
-        .push(row(args, Experiment::Single, "as configured", single));
+        .push(row(args, Experiment::Single, "as configured", single, &[]));
     report
         .rows
-        .push(row(args, Experiment::Many, "as configured", many));
+        .push(row(args, Experiment::Many, "as configured", many, &[]));
     Ok(report)
 }
 
@@ -245,6 +266,39 @@ async fn measure(fs: &FileSystem, args: &WriteArgs, exp: Experiment) -> anyhow::
     })
 }
 
+/// The experiment's bytes without Sluice ([`floor::write`]): as many hops and files as the
+/// cluster's replication, the client's packet size, fsync at the end when the DataNodes sync
+/// on close, and every file's pages dropped behind per `write.buffer.size` when buffered
+/// replicas drop theirs (`write.buffer.drop.behind`: the cheapest page-cache policy of the
+/// data path, given to every file of the floor); its files under `dir`, removed afterwards.
+async fn measure_floor(
+    args: &WriteArgs,
+    g: &Globals,
+    exp: Experiment,
+    dir: PathBuf,
+) -> anyhow::Result<FloorSample> {
+    let (files, size) = match exp {
+        Experiment::Single => (1, args.single_size.bytes()),
+        Experiment::Many => (args.writers, args.writer_size.bytes()),
+    };
+    let dn = &g.full.datanode;
+    let chain = WriteChain {
+        replicas: usize::from(match g.config.replication {
+            0 => g.full.metadata.default_replication,
+            r => r,
+        })
+        .min(args.datanodes),
+        write_size: g.config.write_packet_size.as_usize(),
+        sync: dn.sync_on_close,
+        drop_behind: dn
+            .write_buffer_drop_behind
+            .then(|| dn.effective_write_buffer_size()),
+    };
+    let data = Arc::new(random_block(4 << 20));
+    let s = tokio::task::spawn_blocking(move || floor::write(&dir, files, size, chain, data));
+    Ok(s.await??)
+}
+
 /// Creates `path`, writes `size` bytes (copies of `data`) and closes it; returns the time.
 async fn write_file(
     fs: &FileSystem,
@@ -278,7 +332,13 @@ pub fn random_block(len: usize) -> Vec<u8> {
     v
 }
 
-fn row(args: &WriteArgs, exp: Experiment, batching: &str, samples: Vec<Sample>) -> Row {
+fn row(
+    args: &WriteArgs,
+    exp: Experiment,
+    batching: &str,
+    samples: Vec<Sample>,
+    floor: &[FloorSample],
+) -> Row {
     let experiment = match exp {
         Experiment::Single => format!("1 x {}", args.single_size),
         Experiment::Many => format!("{} x {}", args.writers, args.writer_size),
@@ -291,11 +351,14 @@ fn row(args: &WriteArgs, exp: Experiment, batching: &str, samples: Vec<Sample>) 
     if let Some(s) = samples.last() {
         counters = s.counters;
     }
+    let mb_per_s = Spread::of(samples.iter().map(|s| s.mb_per_s));
+    let cpu_secs_per_gib = Spread::of(samples.iter().map(|s| s.cpu_per_gib));
     Row {
         experiment,
         batching: batching.into(),
-        mb_per_s: Spread::of(samples.iter().map(|s| s.mb_per_s)),
-        cpu_secs_per_gib: Spread::of(samples.iter().map(|s| s.cpu_per_gib)),
+        vs_floor: VsFloor::new(mb_per_s.median, cpu_secs_per_gib.median, floor),
+        mb_per_s,
+        cpu_secs_per_gib,
         file_latency_p50_ms: lat.percentile_ms(50.0),
         file_latency_p99_ms: lat.percentile_ms(99.0),
         buffered_calls_per_mib: counters.buffered_calls_per_mib(),
@@ -313,11 +376,16 @@ fn print_report(r: &Report) {
         .rows
         .iter()
         .map(|row| {
+            let [floor_mb, mb_x, floor_cpu, cpu_x] = row.vs_floor.cells();
             vec![
                 row.experiment.clone(),
                 row.batching.clone(),
                 row.mb_per_s.show(1),
+                floor_mb,
+                mb_x,
                 row.cpu_secs_per_gib.show(2),
+                floor_cpu,
+                cpu_x,
                 format!("{:.0}", row.file_latency_p50_ms),
                 format!("{:.0}", row.file_latency_p99_ms),
                 opt(row.buffered_calls_per_mib, 2),
@@ -332,7 +400,11 @@ fn print_report(r: &Report) {
             "experiment",
             "batching",
             "MB/s median (min-max)",
+            "floor MB/s",
+            "x floor",
             "CPU s/GiB",
+            "floor CPU",
+            "x floor",
             "file p50 ms",
             "file p99 ms",
             "writes/MiB buffered",
@@ -346,7 +418,10 @@ fn print_report(r: &Report) {
     println!(
         "writes/MiB: write/pwrite calls on block files per MiB written, from the DataNodes' \
          counters (last run), on buffered replicas and on unbuffered ones. CPU: the whole \
-         process (client and embedded cluster) per GiB of file data."
+         process (client and embedded cluster) per GiB of file data. floor: the same bytes \
+         without Sluice in the same run (plain threads relaying the packets over one loopback \
+         hop per replica, one file write per packet and replica, fdatasync at close as \
+         configured; medians); x floor: Sluice / floor (MB/s: higher is better, CPU: lower)."
     );
     for n in &r.notes {
         println!("note: {n}");

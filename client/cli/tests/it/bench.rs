@@ -1,7 +1,9 @@
 //! The benchmarks run end to end on tiny embedded clusters: `sluice bench read` reports every
 //! configuration (both modes, warm and cold, prefetch as configured, with advice, into buffers
 //! only, off) with its ratios; `bench write` and `bench mixed` report each batching
-//! configuration, with block-file write calls counted on buffered and unbuffered replicas.
+//! configuration, with block-file write calls counted on buffered and unbuffered replicas;
+//! `bench read` and `bench write` carry each row's floor (the same bytes without Sluice,
+//! measured in the same run) and the ratios.
 
 #![allow(clippy::unwrap_used)]
 
@@ -51,6 +53,24 @@ fn bench(args: &[&str], dir: &Path, limit: Duration) -> serde_json::Value {
     serde_json::from_slice(&out).unwrap()
 }
 
+/// A row measured against its floor in the same run: Sluice's MB/s and CPU per GiB, the
+/// floor's, and the ratios.
+fn assert_vs_floor(row: &serde_json::Value) {
+    let num = |k: &str| {
+        row[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} missing: {row:#}"))
+    };
+    assert!(num("mb_s") > 0.0 && num("floor_mb_s") > 0.0, "{row:#}");
+    assert!(num("cpu_s_per_gib") >= 0.0 && num("floor_cpu_s_per_gib") >= 0.0);
+    let ratio = num("mb_s") / num("floor_mb_s");
+    assert!(
+        (num("mb_s_vs_floor") - ratio).abs() < 1e-9 * ratio.max(1.0),
+        "{row:#}"
+    );
+    assert!(num("cpu_vs_floor") >= 0.0, "{row:#}");
+}
+
 #[test]
 fn bench_read_reports_both_modes_warm_and_cold_and_prefetch_off() {
     let tmp = tempfile::tempdir().unwrap();
@@ -65,6 +85,8 @@ fn bench_read_reports_both_modes_warm_and_cold_and_prefetch_off() {
     for r in rows {
         assert_eq!(r["runs"].as_array().unwrap().len(), 2);
         assert!(r["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["floor_runs"].as_array().unwrap().len(), 2, "{r:#}");
+        assert_vs_floor(r);
     }
     let off = rows.iter().filter(|r| r["prefetch"] == "off").count();
     assert_eq!(off, 4);
@@ -97,6 +119,7 @@ fn bench_write_compares_batching_off_and_on_with_write_calls_per_mib() {
     assert_eq!(rows.len(), 4, "{report:#}");
     for r in rows {
         assert!(r["mb_per_s"]["median"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert_vs_floor(r);
         let direct = calls(r, "direct_calls_per_mib").expect("unbuffered replicas");
         match r["batching"].as_str().unwrap() {
             "off" => assert!(calls(r, "buffered_calls_per_mib").is_none(), "{r:#}"),

@@ -2,6 +2,7 @@
 //! prefetch on/off ratios, printed as a table or as JSON.
 
 use super::cache::Machine;
+use crate::bench::floor::{FloorSample, VsFloor};
 use serde::Serialize;
 
 /// One timed run.
@@ -14,6 +15,8 @@ pub struct Sample {
     /// The fraction of the replica files' pages in the page cache when the run started
     /// (`mincore`); `None` where the files cannot be looked at (an existing cluster).
     pub resident: Option<f64>,
+    /// Process CPU seconds (user + system: client and embedded cluster) per GiB read.
+    pub cpu_secs_per_gib: f64,
 }
 
 impl Sample {
@@ -23,6 +26,15 @@ impl Sample {
             secs,
             mb_per_s: bytes as f64 / secs.max(1e-9) / 1e6,
             resident: None,
+            cpu_secs_per_gib: 0.0,
+        }
+    }
+
+    /// `bytes` in `secs` using `cpu` CPU seconds.
+    pub fn with_cpu(bytes: u64, secs: f64, cpu: f64) -> Sample {
+        Sample {
+            cpu_secs_per_gib: cpu / (bytes.max(1) as f64 / (1u64 << 30) as f64),
+            ..Sample::new(bytes, secs)
         }
     }
 }
@@ -81,8 +93,16 @@ pub struct Row {
     pub secs: Spread,
     /// Aggregate MB/s per run.
     pub mb_per_s: Spread,
+    /// Process CPU seconds per GiB read, per run.
+    pub cpu_secs_per_gib: Spread,
     /// The largest resident fraction any run started with; `None` when not measured.
     pub resident_max: Option<f64>,
+    /// The same bytes without Sluice in the same runs (one file read and one loopback copy
+    /// per reader), per run.
+    pub floor_runs: Vec<FloorSample>,
+    /// Medians against the floor's (flattened: `mb_s`, `floor_mb_s`, ...).
+    #[serde(flatten)]
+    pub vs_floor: VsFloor,
 }
 
 impl Row {
@@ -94,16 +114,28 @@ impl Row {
         prefetch: String,
         runs: Vec<Sample>,
     ) -> Row {
+        let mb_per_s = Spread::of(runs.iter().map(|s| s.mb_per_s));
+        let cpu_secs_per_gib = Spread::of(runs.iter().map(|s| s.cpu_secs_per_gib));
         Row {
             threads,
             mode,
             cache,
             prefetch,
             secs: Spread::of(runs.iter().map(|s| s.secs)),
-            mb_per_s: Spread::of(runs.iter().map(|s| s.mb_per_s)),
+            vs_floor: VsFloor::new(mb_per_s.median, cpu_secs_per_gib.median, &[]),
+            mb_per_s,
+            cpu_secs_per_gib,
             resident_max: runs.iter().filter_map(|s| s.resident).reduce(f64::max),
+            floor_runs: Vec::new(),
             runs,
         }
+    }
+
+    /// The row with the floor measured in the same runs.
+    pub fn with_floor(mut self, floor: Vec<FloorSample>) -> Row {
+        self.vs_floor = VsFloor::new(self.mb_per_s.median, self.cpu_secs_per_gib.median, &floor);
+        self.floor_runs = floor;
+        self
     }
 }
 
@@ -235,18 +267,24 @@ impl Report {
         );
         println!();
         println!(
-            "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}  {:>9}",
+            "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}  {:>9}  {:>9}  {:>10}  {:>7}  {:>9}  {:>7}",
             "threads",
             "mode",
             "cache",
             "prefetch",
             "seconds min/med/max",
             "MB/s min/med/max",
-            "resident"
+            "resident",
+            "CPU s/GiB",
+            "floor MB/s",
+            "x floor",
+            "floor CPU",
+            "x floor"
         );
         for r in &self.rows {
+            let [floor_mb, mb_x, floor_cpu, cpu_x] = r.vs_floor.cells();
             println!(
-                "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}  {:>9}",
+                "{:>7}  {:<6}  {:<6}  {:<12}  {:>22}  {:>22}  {:>9}  {:>9.2}  {:>10}  {:>7}  {:>9}  {:>7}",
                 r.threads,
                 r.mode,
                 r.cache,
@@ -258,9 +296,20 @@ impl Report {
                 ),
                 r.resident_max
                     .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
+                r.cpu_secs_per_gib.median,
+                floor_mb,
+                mb_x,
+                floor_cpu,
+                cpu_x,
             );
         }
         println!();
+        println!(
+            "CPU: the whole process (client and embedded cluster) per GiB read, median. floor: \
+             the same bytes without Sluice in the same runs (each reader's share of the replica \
+             files, in the same page-cache state, read in pieces by one thread and copied over \
+             loopback TCP to another; medians); x floor: Sluice / floor."
+        );
         for r in &self.ratios {
             println!("{:<60} {:.2}x", r.what, r.ratio);
         }
