@@ -8,7 +8,7 @@ use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::framed::{self, TimedError};
 use sluice_common::proto::{ChunkHeader, Message, Op, OpResponse, PROTOCOL_VERSION};
 use sluice_common::token::BlockToken;
-use sluice_common::{BlockId, ChecksumError, DatanodeId, Status};
+use sluice_common::{BlockId, ChecksumError, DatanodeId, ExtendedBlock, GenerationStamp, Status};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -90,24 +90,57 @@ impl DnConnection {
         recv_frame(&mut self.framed, &self.node, self.timeout, what).await
     }
 
+    /// Receives an `OpResponse`, whatever its status.
+    async fn recv_response(&mut self) -> Result<OpResponse, ClientError> {
+        let frame = self.recv("the op response").await?;
+        match frame.header {
+            Message::OpResponse(r) => Ok(r),
+            other => Err(ClientError::protocol(
+                &self.node,
+                format!("expected an OpResponse, got {}", message_name(&other)),
+            )),
+        }
+    }
+
     /// Receives the `OpResponse` of an op on `block`; an error status becomes
     /// [`ClientError::Datanode`].
     pub(crate) async fn recv_op_response(
         &mut self,
         block: BlockId,
     ) -> Result<OpResponse, ClientError> {
-        let frame = self.recv("the op response").await?;
-        let resp = match frame.header {
-            Message::OpResponse(r) => r,
-            other => {
-                return Err(ClientError::protocol(
-                    &self.node,
-                    format!("expected an OpResponse, got {}", message_name(&other)),
-                ))
-            }
-        };
+        let resp = self.recv_response().await?;
         if !resp.status.is_success() {
             return Err(status_error(&self.node, block, resp.status, &resp.message));
+        }
+        Ok(resp)
+    }
+
+    /// Receives the `OpResponse` of a read (`ReadBlock`, `ReadChunk`) of `expected`: the
+    /// replica it names must carry `expected`'s generation stamp. A refusal naming the
+    /// replica's other stamp, or a success naming another stamp, is
+    /// [`ClientError::GenStampMismatch`].
+    pub(crate) async fn recv_read_response(
+        &mut self,
+        expected: ExtendedBlock,
+    ) -> Result<OpResponse, ClientError> {
+        let resp = self.recv_response().await?;
+        match (resp.status, &resp.replica) {
+            (Status::Success, Some(r)) => {
+                check_source(&self.node, expected, r.block.id, r.block.gen_stamp)?
+            }
+            (Status::Success, None) => {}
+            (Status::ErrorStaleGenStamp, Some(r)) if r.block.id == expected.id => {
+                return Err(ClientError::GenStampMismatch {
+                    node: self.node.clone(),
+                    block: expected.id,
+                    expected: expected.gen_stamp,
+                    found: r.block.gen_stamp,
+                    served: false,
+                })
+            }
+            (status, _) => {
+                return Err(status_error(&self.node, expected.id, status, &resp.message))
+            }
         }
         Ok(resp)
     }
@@ -208,16 +241,51 @@ pub(crate) fn message_name(m: &Message) -> &'static str {
     }
 }
 
-/// Splits a `Chunk` payload into its data, checking (when `verify`) every checksum. The data
-/// starts at `header.offset` in `block`; any length or checksum problem is a
-/// [`ClientError::Checksum`] naming the block, the offset and the DataNode.
+/// Checks that the replica an answer comes from is `expected`'s block under `expected`'s
+/// generation stamp: another stamp is [`ClientError::GenStampMismatch`] (logged with the node,
+/// the block and both stamps), another block a protocol error.
+pub(crate) fn check_source(
+    node: &str,
+    expected: ExtendedBlock,
+    block: BlockId,
+    gen_stamp: GenerationStamp,
+) -> Result<(), ClientError> {
+    if block != expected.id {
+        let reason = format!("answered a read of {} with {block}", expected.id);
+        return Err(ClientError::protocol(node, reason));
+    }
+    if gen_stamp != expected.gen_stamp {
+        tracing::warn!(
+            node,
+            block = %block,
+            expected = %expected.gen_stamp,
+            found = %gen_stamp,
+            "DataNode answered a read with another generation stamp; refusing its replica"
+        );
+        return Err(ClientError::GenStampMismatch {
+            node: node.to_string(),
+            block,
+            expected: expected.gen_stamp,
+            found: gen_stamp,
+            served: true,
+        });
+    }
+    Ok(())
+}
+
+/// Splits a `Chunk` payload into its data, checking that it comes from `expected`'s replica
+/// ([`check_source`]) and (when `verify`) every checksum. The data starts at `header.offset`
+/// in the block; any length or checksum problem is a [`ClientError::Checksum`] naming the
+/// block, the offset and the DataNode.
 pub(crate) fn chunk_data(
     header: &ChunkHeader,
     payload: Bytes,
-    block: BlockId,
+    expected: ExtendedBlock,
     node: &str,
     verify: bool,
 ) -> Result<Bytes, ClientError> {
+    check_source(node, expected, header.block, header.gen_stamp)?;
+    let block = expected.id;
     let bpc = header.bytes_per_checksum;
     if bpc == 0 {
         return Err(ClientError::protocol(
@@ -274,24 +342,20 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
         let mut payload = checksum::compute(&data, 512);
         payload.extend_from_slice(&data);
+        let b3 = ExtendedBlock::new(BlockId(3), GenerationStamp(7), 0);
         let header = ChunkHeader {
+            block: BlockId(3),
+            gen_stamp: GenerationStamp(7),
             offset: 1024,
             data_len: 1000,
             bytes_per_checksum: 512,
         };
-        let got = chunk_data(
-            &header,
-            Bytes::from(payload.clone()),
-            BlockId(3),
-            "dn",
-            true,
-        )
-        .unwrap();
+        let got = chunk_data(&header, Bytes::from(payload.clone()), b3, "dn", true).unwrap();
         assert_eq!(&got[..], &data[..]);
         let mut bad = payload.clone();
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
-        match chunk_data(&header, Bytes::from(bad), BlockId(3), "dnX", true) {
+        match chunk_data(&header, Bytes::from(bad), b3, "dnX", true) {
             Err(ClientError::Checksum {
                 block,
                 offset,
@@ -304,8 +368,47 @@ mod tests {
         }
         let short = Bytes::from(payload[..payload.len() - 10].to_vec());
         assert!(matches!(
-            chunk_data(&header, short, BlockId(3), "dn", false),
+            chunk_data(&header, short, b3, "dn", false),
             Err(ClientError::Checksum { .. })
         ));
+    }
+
+    #[test]
+    fn a_chunk_from_a_replica_with_another_stamp_or_block_is_refused() {
+        let data = vec![7u8; 512];
+        let mut payload = checksum::compute(&data, 512);
+        payload.extend_from_slice(&data);
+        let payload = Bytes::from(payload);
+        let expected = ExtendedBlock::new(BlockId(3), GenerationStamp(7), 0);
+        let mut header = ChunkHeader {
+            block: BlockId(3),
+            gen_stamp: GenerationStamp(8),
+            offset: 0,
+            data_len: 512,
+            bytes_per_checksum: 512,
+        };
+        match chunk_data(&header, payload.clone(), expected, "dnY", true) {
+            Err(ClientError::GenStampMismatch {
+                node,
+                block,
+                expected,
+                found,
+                served,
+            }) => {
+                assert_eq!(node, "dnY");
+                assert_eq!(block, BlockId(3));
+                assert_eq!((expected, found), (GenerationStamp(7), GenerationStamp(8)));
+                assert!(served);
+            }
+            other => panic!("{other:?}"),
+        }
+        header.gen_stamp = GenerationStamp(7);
+        header.block = BlockId(4);
+        assert!(matches!(
+            chunk_data(&header, payload.clone(), expected, "dn", true),
+            Err(ClientError::Protocol { .. })
+        ));
+        header.block = BlockId(3);
+        assert!(chunk_data(&header, payload, expected, "dn", true).is_ok());
     }
 }

@@ -7,7 +7,9 @@
 
 use sluice_common::config::ConfigError;
 use sluice_common::proto::BlockStage;
-use sluice_common::{BlockId, ChecksumError, DatanodeId, FrameError, MetaError, Status};
+use sluice_common::{
+    BlockId, ChecksumError, DatanodeId, FrameError, GenerationStamp, MetaError, Status,
+};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,6 +159,27 @@ pub enum ClientError {
         visible: u64,
         /// The block offset wanted.
         wanted: u64,
+    },
+    /// A DataNode's replica does not carry the generation stamp the metadata service gave the
+    /// reader: the DataNode refused the read (`served: false`, HDFS-style exact-stamp rule), or
+    /// it answered with a stamp other than the one asked for (`served: true`: a faulty or
+    /// hostile DataNode; the bytes are dropped). The reader goes on with another replica, and
+    /// asks the metadata service again when the replica's stamp is newer than its own.
+    #[error(
+        "DataNode {node} {} {block} with generation stamp {found}; the metadata service gave {expected}",
+        if *served { "answered a read of" } else { "holds" }
+    )]
+    GenStampMismatch {
+        /// The DataNode.
+        node: String,
+        /// The block.
+        block: BlockId,
+        /// The stamp the reader asked for (from the metadata service).
+        expected: GenerationStamp,
+        /// The stamp the DataNode named.
+        found: GenerationStamp,
+        /// True when the DataNode sent an answer naming `found` instead of refusing.
+        served: bool,
     },
     /// A block has no replica left to read from.
     #[error("no readable replica of {block} holds offset {offset}")]

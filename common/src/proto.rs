@@ -12,7 +12,7 @@
 //! - `TransferBlock`, `ReplicaInfo`, `InitReplicaRecovery`, `UpdateReplicaUnderRecovery`: the
 //!   `OpResponse` is the whole answer.
 
-use crate::ids::{DatanodeId, ExtendedBlock, GenerationStamp};
+use crate::ids::{BlockId, DatanodeId, ExtendedBlock, GenerationStamp};
 use crate::status::Status;
 use crate::token::BlockToken;
 use serde::{Deserialize, Serialize};
@@ -252,7 +252,8 @@ pub struct ReplicaInfo {
 /// to chunk boundaries, clamped to the replica's visible length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadBlockOp {
-    /// The block; its generation stamp must not be newer than the replica's.
+    /// The block; its generation stamp must be the replica's (`ERROR_STALE_GENSTAMP`
+    /// otherwise).
     pub block: ExtendedBlock,
     /// First byte wanted.
     pub offset: u64,
@@ -266,7 +267,7 @@ pub struct ReadBlockOp {
 /// starting at the checksum chunk that holds `offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadChunkOp {
-    /// The block.
+    /// The block; its generation stamp must be the replica's.
     pub block: ExtendedBlock,
     /// First byte wanted.
     pub offset: u64,
@@ -274,9 +275,15 @@ pub struct ReadChunkOp {
     pub length: u64,
 }
 
-/// A piece of a replica. `offset` is a multiple of the block's bytes per checksum.
+/// A piece of a replica. `offset` is a multiple of the block's bytes per checksum. Every
+/// piece names the block and the generation stamp of the replica it was read from, so that a
+/// reader checks each one against the stamp the metadata service gave it, mid-stream included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkHeader {
+    /// The block the bytes belong to.
+    pub block: BlockId,
+    /// The generation stamp of the replica the bytes were read from.
+    pub gen_stamp: GenerationStamp,
     /// Block offset of the first data byte.
     pub offset: u64,
     /// Data bytes in the payload (after the checksums).

@@ -34,7 +34,8 @@ pub enum Status {
     ErrorBadFrame = 23,
     /// The peer speaks an unsupported protocol version.
     ErrorVersion = 24,
-    /// The request's generation stamp is older than the replica's.
+    /// The request's generation stamp does not fit the replica's: older than a writer or a
+    /// recovery needs, or (for a read) not exactly the replica's.
     ErrorStaleGenStamp = 25,
     /// The DataNode is out of space or memory for the request.
     ErrorNoSpace = 26,

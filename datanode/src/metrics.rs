@@ -195,6 +195,8 @@ metrics! {
     op_errors: Counter = "op_errors",
     /// Frames that could not be decoded (garbage, too large, truncated).
     bad_frames: Counter = "bad_frames",
+    /// Reads refused because the replica carries another generation stamp than the one asked.
+    read_stamp_refusals: Counter = "read_stamp_refusals",
     /// Write packets received (heartbeats excluded).
     packets_received: Counter = "packets_received",
     /// Heartbeat packets received.

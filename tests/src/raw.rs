@@ -105,6 +105,13 @@ impl RawConn {
             match frame.header {
                 Message::Chunk(h) => {
                     anyhow::ensure!(
+                        (h.block, h.gen_stamp) == (block.id, info.block.gen_stamp),
+                        "chunk names {} stamp {}, the answer {}",
+                        h.block,
+                        h.gen_stamp,
+                        info.block
+                    );
+                    anyhow::ensure!(
                         h.offset == out.len() as u64,
                         "chunk at {} expected {}",
                         h.offset,

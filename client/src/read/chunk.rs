@@ -68,13 +68,13 @@ impl ChunkReader {
         self.conn
             .send_op(Op::ReadChunk(op), self.token.as_ref())
             .await?;
-        self.conn.recv_op_response(self.block.id).await?;
+        self.conn.recv_read_response(self.block).await?;
         let frame = self.conn.recv("a read chunk").await?;
         let Message::Chunk(h) = frame.header else {
             let reason = format!("expected a Chunk, got {}", message_name(&frame.header));
             return Err(ClientError::protocol(self.conn.node(), reason));
         };
-        let data = chunk_data(&h, frame.payload, self.block.id, self.conn.node(), verify)?;
+        let data = chunk_data(&h, frame.payload, self.block, self.conn.node(), verify)?;
         let bpc = u64::from(h.bytes_per_checksum);
         if h.offset > offset || offset - h.offset >= bpc {
             let reason = format!("chunk at {} does not hold offset {offset}", h.offset);

@@ -8,11 +8,10 @@ use super::buffer::ReadBuffer;
 use super::chunk::ChunkReader;
 use super::stats::ReadStats;
 use super::stream::{BlockStream, Wait};
-use super::{is_token_refused, ReadCtx, MAX_TOKEN_REFRESHES};
+use super::{wants_refresh, ReadCtx, MAX_REFRESHES};
 use crate::error::ClientError;
 use sluice_common::config::ReadMode;
 use sluice_common::rpc::{BadReplica, LocatedBlock};
-use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, NodeId};
 use std::sync::Arc;
 use tracing::{debug, warn};
@@ -36,9 +35,10 @@ pub(crate) struct Cursor {
     /// Replicas of the current block that failed.
     failed: Vec<NodeId>,
     last_error: Option<ClientError>,
-    /// The current block's access token (refreshed when a DataNode refuses it).
-    token: Option<BlockToken>,
-    /// Token refreshes for the current block.
+    /// The current block as last located: token, generation stamp and locations, replaced
+    /// when a DataNode's refusal asks for them again ([`wants_refresh`]).
+    located: Option<Arc<LocatedBlock>>,
+    /// Refreshes for the current block.
     refreshes: u32,
 }
 
@@ -51,7 +51,7 @@ impl Cursor {
             source: Source::None,
             failed: Vec::new(),
             last_error: None,
-            token: None,
+            located: None,
             refreshes: 0,
         }
     }
@@ -109,16 +109,18 @@ impl Cursor {
             self.source = Source::None;
             self.failed.clear();
             self.last_error = None;
-            self.token = self.ctx.blocks[idx].token.clone();
+            self.located = Some(Arc::new(self.ctx.blocks[idx].clone()));
             self.refreshes = 0;
         }
-        let ctx = Arc::clone(&self.ctx);
-        let lb = &ctx.blocks[idx];
-        let bpos = pos - lb.offset;
+        let bpos = pos - self.ctx.blocks[idx].offset;
         loop {
-            let done = match ctx.mode {
-                ReadMode::Stream => self.fill_stream(lb, bpos).await,
-                ReadMode::Chunk => self.fill_chunk(lb, bpos).await,
+            let lb = match &self.located {
+                Some(lb) => Arc::clone(lb),
+                None => Arc::new(self.ctx.blocks[idx].clone()),
+            };
+            let done = match self.ctx.mode {
+                ReadMode::Stream => self.fill_stream(&lb, bpos).await,
+                ReadMode::Chunk => self.fill_chunk(&lb, bpos).await,
             };
             match done {
                 Ok(true) => return Ok(()),
@@ -143,7 +145,7 @@ impl Cursor {
             let counters = Arc::clone(&self.ctx.counters);
             let s = BlockStream::start(
                 dn,
-                (lb.block, self.token.clone()),
+                (lb.block, lb.token.clone()),
                 (bpos, length),
                 self.ctx.params,
                 counters,
@@ -184,7 +186,7 @@ impl Cursor {
     async fn fill_chunk(&mut self, lb: &LocatedBlock, bpos: u64) -> Result<bool, ClientError> {
         if !matches!(self.source, Source::Chunk { .. }) {
             let dn = self.pick(lb, bpos)?;
-            let token = self.token.clone();
+            let token = lb.token.clone();
             match ChunkReader::connect(&dn, lb.block, token, self.ctx.params.settings).await {
                 Ok(reader) => {
                     let reader = Box::new(reader);
@@ -246,16 +248,20 @@ impl Cursor {
     /// Excludes `node` for this block, reports a checksum error, and remembers the error.
     async fn replica_failed(&mut self, lb: &LocatedBlock, node: DatanodeId, e: ClientError) {
         self.source = Source::None;
-        if is_token_refused(&e) && self.refreshes < MAX_TOKEN_REFRESHES {
+        if matches!(e, ClientError::GenStampMismatch { .. }) {
+            self.ctx.counters.stamp_mismatch();
+        }
+        if wants_refresh(&e) && self.refreshes < MAX_REFRESHES {
+            let attempt = self.refreshes;
             self.refreshes += 1;
-            match self.ctx.refresh_token(lb).await {
-                Ok(token) => {
-                    debug!(block = %lb.block.id, node = %node, error = %e, "token refused; refreshed, trying again");
-                    self.token = token;
+            match self.ctx.refresh(lb, attempt).await {
+                Ok(fresh) => {
+                    debug!(block = %lb.block.id, node = %node, error = %e, "refused; located again, trying again");
+                    self.located = Some(Arc::new(fresh));
                     return;
                 }
                 Err(re) => {
-                    warn!(block = %lb.block.id, error = %re, "refreshing the block access token failed")
+                    warn!(block = %lb.block.id, error = %re, "locating the block again failed")
                 }
             }
         }

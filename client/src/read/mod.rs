@@ -23,7 +23,6 @@ use crate::meta::MetadataClient;
 use cursor::Cursor;
 use sluice_common::config::{ClientConfig, ReadMode};
 use sluice_common::rpc::{FileKind, LocatedBlock};
-use sluice_common::token::BlockToken;
 use sluice_common::{MetaError, Status};
 use stats::ReadCounters;
 pub use stats::ReadStats;
@@ -74,52 +73,67 @@ impl ReadCtx {
     }
 }
 
-/// A DataNode refused the op's block access token (expired, or signed by a key rolled out).
-pub(crate) fn is_token_refused(e: &ClientError) -> bool {
-    matches!(
-        e,
+/// A DataNode refused the read in a way that asking the metadata service again may cure: the
+/// op's block access token (expired, or signed by a key rolled out), or the generation stamp,
+/// when the DataNode's replica is newer than the reader's (an append or a pipeline recovery
+/// since the reader located the block).
+pub(crate) fn wants_refresh(e: &ClientError) -> bool {
+    match e {
         ClientError::Datanode {
             status: Status::ErrorAccessToken,
             ..
-        }
-    )
+        } => true,
+        ClientError::GenStampMismatch {
+            served: false,
+            expected,
+            found,
+            ..
+        } => found > expected,
+        _ => false,
+    }
 }
 
-/// Block access token refreshes per block and read before the refusal is final.
-pub(crate) const MAX_TOKEN_REFRESHES: u32 = 3;
+/// Locations refreshes per block and read before a refusal is final.
+pub(crate) const MAX_REFRESHES: u32 = 3;
 
 impl ReadCtx {
-    /// A fresh block access token for `lb` (HDFS `DFSInputStream.fetchBlockAt` after an
-    /// `InvalidBlockTokenException`): its locations again from the metadata service.
-    pub(crate) async fn refresh_token(
+    /// `lb` located again (HDFS `DFSInputStream.fetchBlockAt` after an
+    /// `InvalidBlockTokenException`): a fresh token, the current generation stamp and
+    /// locations; the readable length stays the one the reader knows. `attempt` (0, 1, …)
+    /// spaces the asks out: a DataNode may hold a new stamp a moment before the metadata
+    /// service has recorded it (the writer's `update_pipeline` follows the pipeline set-up).
+    pub(crate) async fn refresh(
         &self,
         lb: &LocatedBlock,
-    ) -> Result<Option<BlockToken>, ClientError> {
+        attempt: u32,
+    ) -> Result<LocatedBlock, ClientError> {
+        if attempt > 0 {
+            let wait = std::time::Duration::from_millis(100 << attempt.min(4));
+            tokio::time::sleep(wait).await;
+        }
         let located = self
             .meta
             .get_block_locations(&self.path, lb.offset, 1)
             .await?;
-        match located
+        let Some(mut fresh) = located
             .blocks
             .into_iter()
             .find(|b| b.block.id == lb.block.id)
-        {
-            Some(b) if b.block.gen_stamp == lb.block.gen_stamp => {
-                debug!(block = %lb.block.id, "block access token refreshed");
-                Ok(b.token)
-            }
-            Some(b) => Err(ClientError::protocol(
-                "metadata service",
-                format!(
-                    "{} now has generation stamp {}, the reader opened it at {}",
-                    lb.block.id, b.block.gen_stamp, lb.block.gen_stamp
-                ),
-            )),
-            None => Err(ClientError::NoReplica {
+        else {
+            return Err(ClientError::NoReplica {
                 block: lb.block.id,
                 offset: 0,
-            }),
-        }
+            });
+        };
+        debug!(
+            block = %lb.block.id,
+            was = %lb.block.gen_stamp,
+            now = %fresh.block.gen_stamp,
+            "block located again"
+        );
+        fresh.block.num_bytes = lb.block.num_bytes;
+        fresh.offset = lb.offset;
+        Ok(fresh)
     }
 }
 

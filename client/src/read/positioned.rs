@@ -6,7 +6,7 @@
 
 use super::chunk::ChunkReader;
 use super::cursor;
-use super::{is_token_refused, ReadCtx, MAX_TOKEN_REFRESHES};
+use super::{wants_refresh, ReadCtx, MAX_REFRESHES};
 use crate::connection::{chunk_data, message_name, status_error, DnConnection};
 use crate::error::ClientError;
 use sluice_common::config::ReadMode;
@@ -30,16 +30,19 @@ pub(crate) async fn read_range(
             block: lb.block.id,
             offset: bpos,
         });
-        for _ in 0..=MAX_TOKEN_REFRESHES {
+        for _ in 0..=MAX_REFRESHES {
             r = match ctx.mode {
                 ReadMode::Stream => stream_range(ctx, dn, &lb, bpos, out).await,
                 ReadMode::Chunk => chunk_range(ctx, dn, &lb, bpos, out).await,
             };
+            if let Err(ClientError::GenStampMismatch { .. }) = &r {
+                ctx.counters.stamp_mismatch();
+            }
             match &r {
-                Err(e) if is_token_refused(e) && refreshes < MAX_TOKEN_REFRESHES => {
+                Err(e) if wants_refresh(e) && refreshes < MAX_REFRESHES => {
                     refreshes += 1;
-                    match ctx.refresh_token(&lb).await {
-                        Ok(token) => lb.to_mut().token = token,
+                    match ctx.refresh(&lb, refreshes - 1).await {
+                        Ok(fresh) => lb = std::borrow::Cow::Owned(fresh),
                         Err(_) => break,
                     }
                 }
@@ -80,14 +83,14 @@ async fn stream_range(
     };
     ctx.counters.positioned_request();
     conn.send_op(Op::ReadBlock(op), lb.token.as_ref()).await?;
-    conn.recv_op_response(lb.block.id).await?;
+    conn.recv_read_response(lb.block).await?;
     let mut filled = bpos; // block offset up to which `out` is filled
     loop {
         let frame = conn.recv("a read chunk").await?;
         match frame.header {
             Message::Chunk(h) => {
                 let verify = ctx.params.verify;
-                let data = chunk_data(&h, frame.payload, lb.block.id, conn.node(), verify)?;
+                let data = chunk_data(&h, frame.payload, lb.block, conn.node(), verify)?;
                 ctx.counters.received(data.len());
                 if h.offset > filled {
                     let reason = format!("chunk at {} leaves a hole after {filled}", h.offset);

@@ -12,6 +12,7 @@ pub(crate) struct ReadCounters {
     positioned_requests: AtomicU64,
     bytes_received: AtomicU64,
     reported_bad: AtomicU64,
+    stamp_mismatches: AtomicU64,
 }
 
 impl ReadCounters {
@@ -35,12 +36,18 @@ impl ReadCounters {
         self.reported_bad.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A replica refused for its generation stamp ([`crate::ClientError::GenStampMismatch`]).
+    pub(crate) fn stamp_mismatch(&self) {
+        self.stamp_mismatches.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> ReadStats {
         ReadStats {
             requests: self.requests.load(Ordering::Relaxed),
             positioned_requests: self.positioned_requests.load(Ordering::Relaxed),
             bytes_received: self.bytes_received.load(Ordering::Relaxed),
             reported_bad: self.reported_bad.load(Ordering::Relaxed),
+            stamp_mismatches: self.stamp_mismatches.load(Ordering::Relaxed),
             ..ReadStats::default()
         }
     }
@@ -67,4 +74,8 @@ pub struct ReadStats {
     pub excluded: Vec<NodeId>,
     /// Replicas reported to the metadata service as corrupt.
     pub reported_bad: u64,
+    /// Answers refused because the replica carried another generation stamp than the
+    /// metadata service gave ([`crate::ClientError::GenStampMismatch`]): refused by the
+    /// DataNode, or served and dropped by the reader.
+    pub stamp_mismatches: u64,
 }

@@ -205,7 +205,7 @@ async fn fetch_inner(
         piece_size: params.piece_size,
     };
     conn.send_op(Op::ReadBlock(op), token.as_ref()).await?;
-    let resp = conn.recv_op_response(block.id).await?;
+    let resp = conn.recv_read_response(block).await?;
     if let Some(r) = resp.replica {
         debug!(visible = r.block.num_bytes, "stream started");
     }
@@ -216,7 +216,7 @@ async fn fetch_inner(
         let frame = conn.recv("a read chunk").await?;
         match frame.header {
             Message::Chunk(h) => {
-                let data = chunk_data(&h, frame.payload, block.id, conn.node(), params.verify)?;
+                let data = chunk_data(&h, frame.payload, block, conn.node(), params.verify)?;
                 counters.received(data.len());
                 check_order(&h, next, offset, conn.node())?;
                 next = Some(h.offset + data.len() as u64);

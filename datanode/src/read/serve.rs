@@ -3,9 +3,12 @@
 //! connection and leaves it open for the next op; an `Err` means the connection itself failed.
 //!
 //! Checks, per protocol.md: no replica → `ERROR_NOT_FOUND`; the request's generation stamp
-//! newer than the replica's → `ERROR_STALE_GENSTAMP`; offset at or past the visible length →
-//! `ERROR_OUT_OF_RANGE`, at once. The range starts at the chunk holding `offset` and ends at
-//! `min(offset + length, visible length)`.
+//! other than the replica's → `ERROR_STALE_GENSTAMP` with the replica's stamp in the answer
+//! (a reader is never served a replica other than the one it asked for: HDFS's `BlockSender`
+//! serves a newer one, Sluice does not, and the reader asks the metadata service again);
+//! offset at or past the visible length → `ERROR_OUT_OF_RANGE`, at once. The range starts at
+//! the chunk holding `offset` and ends at `min(offset + length, visible length)`. Every
+//! `Chunk` names the block and the replica's generation stamp.
 
 use super::prefetch::Prefetcher;
 use super::range::{payload_len, read_piece_into, Piece};
@@ -20,10 +23,10 @@ use bytes::{Bytes, BytesMut};
 use sluice_common::checksum;
 use sluice_common::config::PrefetchAdvice;
 use sluice_common::proto::{
-    ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfoOp,
-    ReplicaState,
+    ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfo,
+    ReplicaInfoOp, ReplicaState,
 };
-use sluice_common::{ExtendedBlock, Status};
+use sluice_common::{ExtendedBlock, GenerationStamp, Status};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio_util::task::AbortOnDropHandle;
@@ -42,29 +45,60 @@ struct ReadPlan {
     response: OpResponse,
 }
 
-async fn plan(ctx: &Ctx, block: ExtendedBlock, offset: u64, length: u64) -> Result<ReadPlan> {
+impl ReadPlan {
+    /// The block and generation stamp of the replica the bytes come from.
+    fn source(&self) -> ExtendedBlock {
+        let e = &self.replica.entry;
+        ExtendedBlock::new(e.id, e.gen_stamp, 0)
+    }
+}
+
+/// Why a read is refused before anything is sent.
+enum ReadRefusal {
+    /// The replica carries another generation stamp than the one asked for: the answer names
+    /// the replica's, so that the reader knows whether to ask the metadata service again.
+    OtherStamp {
+        asked: GenerationStamp,
+        replica: ReplicaInfo,
+    },
+    /// Any other refusal.
+    Error(DatanodeError),
+}
+
+impl From<DatanodeError> for ReadRefusal {
+    fn from(e: DatanodeError) -> Self {
+        ReadRefusal::Error(e)
+    }
+}
+
+async fn plan(
+    ctx: &Ctx,
+    block: ExtendedBlock,
+    offset: u64,
+    length: u64,
+) -> std::result::Result<ReadPlan, ReadRefusal> {
     let ds = ctx.dataset.clone();
     let id = block.id;
     let replica = ctx.blocking(move || ds.open_read(id)).await?;
     let e = &replica.entry;
     if e.state == ReplicaState::Temporary {
-        return Err(DatanodeError::ReplicaNotFound { block: id });
-    }
-    if e.gen_stamp < block.gen_stamp {
-        return Err(DatanodeError::StaleGenStamp {
-            block: id,
-            requested: block.gen_stamp,
-            have: e.gen_stamp,
-        });
+        return Err(DatanodeError::ReplicaNotFound { block: id }.into());
     }
     let info = e.info();
+    if e.gen_stamp != block.gen_stamp {
+        return Err(ReadRefusal::OtherStamp {
+            asked: block.gen_stamp,
+            replica: info,
+        });
+    }
     let visible = info.block.num_bytes;
     if offset >= visible {
         return Err(DatanodeError::OutOfRange {
             block: id,
             offset,
             visible,
-        });
+        }
+        .into());
     }
     let bpc = e.bytes_per_checksum as u64;
     let mut response = OpResponse::ok();
@@ -83,8 +117,41 @@ async fn refuse(ctx: &Ctx, w: &mut FrameWriter, e: &DatanodeError) -> Result<()>
     wire::respond(w, wire::error_response(e), ctx.socket_timeout()).await
 }
 
-async fn send_piece(ctx: &Ctx, w: &mut FrameWriter, p: &Piece, bpc: u32) -> Result<()> {
+async fn refuse_plan(ctx: &Ctx, w: &mut FrameWriter, r: ReadRefusal) -> Result<()> {
+    match r {
+        ReadRefusal::Error(e) => refuse(ctx, w, &e).await,
+        ReadRefusal::OtherStamp { asked, replica } => {
+            let block = replica.block;
+            tracing::warn!(
+                block = %block.id,
+                node = %ctx.node_id,
+                asked = %asked,
+                replica = %block.gen_stamp,
+                "read refused: the replica has another generation stamp"
+            );
+            ctx.metrics.op_errors.inc();
+            ctx.metrics.read_stamp_refusals.inc();
+            let msg = format!(
+                "replica {} has generation stamp {}, the read asked for {asked}",
+                block.id, block.gen_stamp
+            );
+            let mut resp = OpResponse::error(Status::ErrorStaleGenStamp, msg);
+            resp.replica = Some(replica);
+            wire::respond(w, resp, ctx.socket_timeout()).await
+        }
+    }
+}
+
+async fn send_piece(
+    ctx: &Ctx,
+    w: &mut FrameWriter,
+    p: &Piece,
+    replica: ExtendedBlock,
+    bpc: u32,
+) -> Result<()> {
     let header = ChunkHeader {
+        block: replica.id,
+        gen_stamp: replica.gen_stamp,
         offset: p.offset,
         data_len: p.data_len() as u32,
         bytes_per_checksum: bpc,
@@ -155,10 +222,11 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     let _timer = ctx.metrics.read_stream_seconds.start_timer();
     let plan = match plan(ctx, op.block, op.offset, op.length).await {
         Ok(p) => p,
-        Err(e) => return refuse(ctx, w, &e).await,
+        Err(r) => return refuse_plan(ctx, w, r).await,
     };
     let t = ctx.socket_timeout();
     let bpc32 = plan.replica.entry.bytes_per_checksum;
+    let source = plan.source();
     let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
     let response = plan.response.clone();
     // `_reader` lives as long as this op: the reader never outlives the connection.
@@ -206,7 +274,7 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
                     biased;
                     _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
                     _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
-                    r = send_piece(ctx, w, p, bpc32) => r?,
+                    r = send_piece(ctx, w, p, source, bpc32) => r?,
                 }
                 ctx.metrics.pieces_sent.inc();
                 // Dropping it frees its window slot: the reader may read one more piece ahead.
@@ -265,9 +333,10 @@ pub(crate) async fn read_chunk(
     let _timer = ctx.metrics.read_chunk_seconds.start_timer();
     let plan = match plan(ctx, op.block, op.offset, op.length).await {
         Ok(p) => p,
-        Err(e) => return refuse(ctx, w, &e).await,
+        Err(r) => return refuse_plan(ctx, w, r).await,
     };
     let bpc = plan.replica.entry.bytes_per_checksum;
+    let source = plan.source();
     let len = plan.end - plan.start;
     let frame = len + checksum::checksum_len(len as usize, bpc) as u64 + FRAME_SLACK;
     if frame > ctx.cfg.max_frame_bytes.bytes() {
@@ -298,7 +367,7 @@ pub(crate) async fn read_chunk(
         Err(e) => return refuse(ctx, w, &e).await,
     };
     wire::respond(w, response, ctx.socket_timeout()).await?;
-    send_piece(ctx, w, &piece, bpc).await?;
+    send_piece(ctx, w, &piece, source, bpc).await?;
     ctx.metrics.chunks_sent.inc();
     buffer.give_back(piece);
     Ok(())

@@ -16,6 +16,7 @@ mod lazyfs;
 mod metrics;
 mod namespace_processes;
 mod read;
+mod read_stamp;
 mod recovery;
 mod recovery_processes;
 mod repair;

@@ -8,7 +8,7 @@ use futures::{SinkExt, StreamExt};
 use sluice_common::checksum;
 use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::proto::*;
-use sluice_common::{DatanodeId, ExtendedBlock, NodeId, Status};
+use sluice_common::{DatanodeId, ExtendedBlock, GenerationStamp, NodeId, Status};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,6 +35,13 @@ pub struct DnState {
     pub stages: Vec<BlockStage>,
     /// Refuse WriteBlock set-up with this status and first_bad_link.
     pub refuse_setup: Option<(Status, Option<String>)>,
+    /// Answer reads naming another replica's generation stamp: `(n, stamp)` names `stamp`
+    /// from the `n`-th chunk served on (counted over every read), and in every op response
+    /// given once that many chunks were served (a DataNode serving whatever replica it holds,
+    /// or one whose replica changed mid-read).
+    pub other_stamp: Option<(usize, GenerationStamp)>,
+    /// Read chunks served (`ReadBlock` pieces and `ReadChunk` answers).
+    pub chunks_served: usize,
     /// Close the next ReadBlock connection after this many chunks (once).
     pub cut_stream_after: Option<usize>,
     /// Never send acks.
@@ -292,6 +299,7 @@ fn on_packet(
 
 /// The bytes `[offset aligned down, min(end, visible))` of a replica, with where they start.
 struct Served {
+    block: ExtendedBlock,
     data: Vec<u8>,
     from: u64,
     visible: u64,
@@ -321,6 +329,7 @@ fn serve_bytes(
     let from = offset / u64::from(BPC) * u64::from(BPC);
     let to = end.min(visible);
     Ok(Served {
+        block: *block,
         data: data[from as usize..to as usize].to_vec(),
         from,
         visible,
@@ -329,8 +338,22 @@ fn serve_bytes(
     })
 }
 
-/// A chunk of `[from, to)` (block offsets) out of `s`.
-fn chunk_frame(s: &Served, from: u64, to: u64) -> Frame<Message> {
+/// The stamp the next answer names: the one asked for, or the `other_stamp` knob's once its
+/// chunk count is reached. `chunk` counts the answer as a served chunk.
+fn answer_stamp(st: &Mutex<DnState>, asked: GenerationStamp, chunk: bool) -> GenerationStamp {
+    let mut s = st.lock().unwrap();
+    let served = s.chunks_served;
+    if chunk {
+        s.chunks_served += 1;
+    }
+    match s.other_stamp {
+        Some((n, other)) if served >= n => other,
+        _ => asked,
+    }
+}
+
+/// A chunk of `[from, to)` (block offsets) out of `s`, naming `stamp`.
+fn chunk_frame(s: &Served, from: u64, to: u64, stamp: GenerationStamp) -> Frame<Message> {
     let slice = &s.data[(from - s.from) as usize..(to - s.from) as usize];
     let mut payload = checksum::compute(slice, BPC);
     let mut body = slice.to_vec();
@@ -342,6 +365,8 @@ fn chunk_frame(s: &Served, from: u64, to: u64) -> Frame<Message> {
         payload.truncate(payload.len().saturating_sub(3));
     }
     let h = ChunkHeader {
+        block: s.block.id,
+        gen_stamp: stamp,
         offset: from,
         data_len: slice.len() as u32,
         bytes_per_checksum: BPC,
@@ -349,10 +374,10 @@ fn chunk_frame(s: &Served, from: u64, to: u64) -> Frame<Message> {
     Frame::with_payload(Message::Chunk(h), Bytes::from(payload))
 }
 
-fn ok_with(block: &ExtendedBlock, visible: u64) -> Frame<Message> {
+fn ok_with(block: &ExtendedBlock, stamp: GenerationStamp, visible: u64) -> Frame<Message> {
     Frame::new(Message::OpResponse(OpResponse {
         replica: Some(ReplicaInfo {
-            block: ExtendedBlock::new(block.id, block.gen_stamp, visible),
+            block: ExtendedBlock::new(block.id, stamp, visible),
             state: ReplicaState::Finalized,
             bytes_on_disk: visible,
         }),
@@ -366,7 +391,8 @@ async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Opt
         Ok(x) => x,
         Err(f) => return conn.send(f).await.ok(),
     };
-    conn.send(ok_with(&r.block, s.visible)).await.ok()?;
+    let stamp = answer_stamp(st, r.block.gen_stamp, false);
+    conn.send(ok_with(&r.block, stamp, s.visible)).await.ok()?;
     let piece = if r.piece_size == 0 {
         1 << 20
     } else {
@@ -381,7 +407,8 @@ async fn read_block(conn: &mut Conn, st: &Mutex<DnState>, r: ReadBlockOp) -> Opt
         }
         cut = cut.map(|c| c - 1);
         let to = (at + piece).min(end);
-        conn.send(chunk_frame(&s, at, to)).await.ok()?;
+        let stamp = answer_stamp(st, r.block.gen_stamp, true);
+        conn.send(chunk_frame(&s, at, to, stamp)).await.ok()?;
         at = to;
     }
     let fin = ReadEnd {
@@ -397,7 +424,9 @@ async fn read_chunk(conn: &mut Conn, st: &Mutex<DnState>, r: ReadChunkOp) -> Opt
         Ok(x) => x,
         Err(f) => return conn.send(f).await.ok(),
     };
-    conn.send(ok_with(&r.block, s.visible)).await.ok()?;
+    let stamp = answer_stamp(st, r.block.gen_stamp, false);
+    conn.send(ok_with(&r.block, stamp, s.visible)).await.ok()?;
     let to = s.from + s.data.len() as u64;
-    conn.send(chunk_frame(&s, s.from, to)).await.ok()
+    let stamp = answer_stamp(st, r.block.gen_stamp, true);
+    conn.send(chunk_frame(&s, s.from, to, stamp)).await.ok()
 }
