@@ -79,6 +79,9 @@ pub(crate) enum Advice {
     WillNeed,
     /// `POSIX_FADV_DONTNEED`: drop these pages from the cache.
     DontNeed,
+    /// `POSIX_FADV_RANDOM`: no read-ahead by the kernel on this open file (the range is
+    /// ignored: it applies to the whole open file description).
+    Random,
 }
 
 /// `posix_fadvise` over `[off, off + len)` (`len` 0: to the end). A hint: failures are
@@ -90,12 +93,49 @@ pub(crate) fn fadvise(file: &File, off: u64, len: u64, advice: Advice) {
     let advice_flag = match advice {
         Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
         Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
+        Advice::Random => libc::POSIX_FADV_RANDOM,
     };
     // SAFETY: the fd is valid for the life of `file`; fadvise only reads its arguments.
     let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, advice_flag) };
     if rc != 0 {
         tracing::debug!(rc, ?advice, "posix_fadvise failed (ignored)");
     }
+}
+
+/// Bytes of `[0, len)` of `file` resident in the page cache (`mincore` over a read-only
+/// mapping), counted in pages; for tests that check what a read brought in from disk.
+#[cfg(test)]
+pub(crate) fn resident_bytes(file: &File, len: u64) -> std::io::Result<Vec<bool>> {
+    let len = usize::try_from(len).map_err(std::io::Error::other)?;
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let page = 4096usize;
+    // SAFETY: a read-only shared mapping of a valid fd; the pointer is never dereferenced,
+    // only passed to mincore, and unmapped before returning.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `addr` is a live mapping of `len` bytes and `vec` holds one byte per page.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmapping the mapping made above, once.
+    unsafe { libc::munmap(addr, len) };
+    if rc != 0 {
+        return Err(err);
+    }
+    Ok(vec.iter().map(|b| b & 1 == 1).collect())
 }
 
 /// Space of the file system holding `path` (`statvfs`).

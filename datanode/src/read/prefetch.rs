@@ -59,6 +59,14 @@ impl Prefetcher {
         self
     }
 
+    /// For a read whose range ends before the replica does: the kernel's own read-ahead is
+    /// off for it (it would read past the range), so `"auto"` keeps the advice — bounded by
+    /// the range — instead of leaving the read-ahead to the device.
+    pub fn within_range(mut self) -> Self {
+        self.auto = false;
+        self
+    }
+
     /// Settles `"auto"` given the device's own read-ahead in bytes (`None`: unknown, advise).
     pub fn settle_auto(&mut self, device_read_ahead: Option<u64>) {
         if std::mem::take(&mut self.auto) && device_read_ahead.is_some_and(|ra| ra >= self.window) {
@@ -180,6 +188,15 @@ mod tests {
             auto.ahead(0),
             Some((0, 8 * mb)),
             "a small device read-ahead: advise"
+        );
+        let mut ranged = Prefetcher::new(0, 4 * mb, 8 * mb, mb, 0)
+            .auto()
+            .within_range();
+        ranged.settle_auto(Some(8 * mb));
+        assert_eq!(
+            ranged.ahead(0),
+            Some((0, 4 * mb)),
+            "a ranged read (kernel read-ahead off) advises its range, however the device reads ahead"
         );
         let mut auto = Prefetcher::new(0, 10 * mb, 8 * mb, mb, 0).auto();
         auto.settle_auto(None);
