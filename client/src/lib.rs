@@ -9,6 +9,7 @@
 //!   `filesystem`, `write`, `read` and `lease` use).
 //! - `connection`: framed data-transfer connections to DataNodes.
 //! - `lease`: the lease renewer.
+//! - `fuzzing` (cargo feature `fuzzing`): the ack parser's fuzz target body.
 //!
 //! The library depends on `sluice-common` only; the wire protocols are described in
 //! `docs/protocol.md` and the client's behaviour in `docs/client.md`.
@@ -31,6 +32,12 @@ pub use sluice_common::rpc::{
     ClusterReport, FileKind, FileStatus, FsckReport, Health, LocatedBlock, LocatedBlocks,
 };
 pub use write::{FileWriter, WriteOptions};
+
+/// Fuzz target bodies (cargo feature `fuzzing`, used by the harness in `fuzz/`).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing {
+    pub use crate::write::fuzzing::acks;
+}
 
 #[cfg(test)]
 mod module_graph;

@@ -5,6 +5,8 @@
 //! - `status`: stable wire status codes carried by data-transfer responses and acks.
 //! - [`frame`]: the length-prefixed data-transfer frame codec (bincode header + raw payload).
 //! - [`framed`]: sending and receiving frames within a time limit.
+//! - `fuzzing` (cargo feature `fuzzing`): fuzz target bodies of the frame decoder and the token
+//!   parser, and the replay of kept inputs.
 //! - [`html`]: escaping for the services' web pages.
 //! - [`proto`]: the data-transfer messages (ops, packets, acks, read chunks).
 //! - [`rpc`]: the tarpc control-plane services (client protocol, DataNode protocol) and their types.
@@ -24,6 +26,8 @@ pub mod config;
 pub(crate) mod error;
 pub mod frame;
 pub mod framed;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub mod html;
 #[cfg(feature = "http")]
 pub mod http_limits;

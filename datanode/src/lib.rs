@@ -30,6 +30,8 @@ pub mod command;
 mod context;
 pub(crate) mod error;
 pub(crate) mod failpoint;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 pub(crate) mod heartbeat;
 mod http;
 pub(crate) mod metrics;

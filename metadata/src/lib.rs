@@ -26,6 +26,8 @@ pub(crate) mod commit;
 pub(crate) mod datanodes;
 pub(crate) mod error;
 pub(crate) mod events;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod http;
 pub(crate) mod leases;
 mod metrics;

@@ -15,6 +15,8 @@
 //! it, so `poll_write` returns `Pending` while the window is full.
 
 mod ack;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod metadata;
 mod packet;
 mod pipeline;

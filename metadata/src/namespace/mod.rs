@@ -10,7 +10,7 @@
 
 mod inode;
 mod ops;
-mod path;
+pub(crate) mod path;
 mod tree;
 
 pub use inode::{BlockRecord, BlockState, FileMeta, Inode, InodeId, InodeKind, ROOT};
