@@ -56,10 +56,11 @@ impl PacketValidator {
         if h.seqno < 0 {
             return bad("negative seqno".into());
         }
-        if let Some(n) = self.next_seqno {
-            if h.seqno != n {
-                return bad(format!("out of sequence, expected {n}"));
-            }
+        // Consecutive from 0 within one pipeline (every sender, client or DataNode, numbers a
+        // new pipeline's packets from 0), the first packet included.
+        let n = self.expected_seqno();
+        if h.seqno != n {
+            return bad(format!("out of sequence, expected {n}"));
         }
         let data_len = h.data_len as usize;
         let want = checksum::checksum_len(data_len, self.bpc) + data_len;
@@ -159,5 +160,14 @@ mod tests {
         );
         assert!(v.check(&p(-7, 0, 0, false), 0).is_err(), "negative seqno");
         assert_eq!(v.expected_seqno(), 1);
+    }
+
+    #[test]
+    fn the_first_packet_must_be_seqno_0() {
+        // Found by the `packet` fuzz target (fuzz/regressions/packet/first-packet-seqno-76).
+        let mut v = PacketValidator::new(0, 512);
+        assert!(v.check(&p(76, 0, 512, false), len(512)).is_err());
+        assert!(v.check(&p(1, 0, 512, false), len(512)).is_err());
+        v.check(&p(0, 0, 512, false), len(512)).unwrap();
     }
 }
