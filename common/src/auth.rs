@@ -17,7 +17,8 @@
 //!   |<-----------------------------------------|   the DataNode checks it the same way
 //! ```
 //!
-//! A service without a secret answers the preamble with the plain echo (`"SLD1"`), as before.
+//! A service with security off (`metadata.security.enabled = false`) answers the preamble with
+//! the plain echo (`"SLD1"`); a DataNode with security on refuses such a service.
 //! The secret never travels, is never logged (`Debug` prints `<redacted>`) and never appears in
 //! `/status`.
 
@@ -166,6 +167,32 @@ impl ClusterSecret {
     }
 }
 
+/// True when a secret is configured for a DataNode: a `file` (which may appear later), or a
+/// non-empty [`SECRET_ENV`].
+pub fn secret_configured(file: &Path) -> bool {
+    !file.as_os_str().is_empty() || std::env::var(SECRET_ENV).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// Why a service with security on (`<section>.security.enabled`, the default) cannot start:
+/// the message names every way of setting the secret and the switch that turns security off.
+pub fn missing_secret(section: &str) -> String {
+    format!(
+        "security is on ({section}.security.enabled = true, the default) and no cluster secret \
+         is set: set {section}.cluster.secret.file (a file of at least {MIN_SECRET_LEN} bytes) \
+         or the {SECRET_ENV} environment variable, or run without member authentication with \
+         {section}.security.enabled = false"
+    )
+}
+
+/// The warning every service logs at start-up when `<section>.security.enabled = false`.
+pub fn security_off_warning(section: &str) -> String {
+    format!(
+        "security is off ({section}.security.enabled = false): no cluster secret is proven or \
+         demanded; any host may register as a DataNode, learn the block keys and sign block \
+         access tokens"
+    )
+}
+
 fn nonce() -> [u8; PROOF_LEN] {
     let mut n = [0u8; PROOF_LEN];
     rand::rng().fill_bytes(&mut n);
@@ -198,8 +225,11 @@ pub async fn challenge<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(&ok).await
 }
 
-/// The DataNode's side, after it sent its preamble: answers the service's challenge (or
-/// accepts a plain echo from a service without a secret) and checks the service's proof.
+/// The DataNode's side, after it sent its preamble: answers the service's challenge and
+/// checks the service's proof. With a `secret` (security on) the service must challenge: a
+/// plain echo — a service with security off, or one that is not the cluster's — is refused,
+/// so that no unauthenticated service can hand this DataNode commands. Without one (security
+/// off) only the plain echo is accepted.
 pub async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     secret: Option<&ClusterSecret>,
@@ -208,7 +238,12 @@ pub async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
     let mut first = [0u8; 4];
     stream.read_exact(&mut first).await?;
     if first == preamble {
-        // A service without a secret: nothing to prove.
+        if secret.is_some() {
+            return Err(denied(
+                "the metadata service did not ask for the cluster secret: it runs with \
+                 metadata.security.enabled = false, or it is not this cluster's service",
+            ));
+        }
         return Ok(());
     }
     if first != CHALLENGE_PREAMBLE {
@@ -272,6 +307,43 @@ mod tests {
         assert_eq!(run(&s, Some(&other)).await, (false, false));
         let (srv, cli) = run(&s, None).await;
         assert!(!cli && !srv);
+    }
+
+    /// A service with security off answers the preamble with a plain echo.
+    async fn answer_echo(client: Option<&ClusterSecret>) -> io::Result<()> {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        tokio::spawn(async move {
+            let mut pre = [0u8; 4];
+            let _ = b.read_exact(&mut pre).await;
+            let _ = b.write_all(&pre).await;
+            let mut rest = Vec::new();
+            let _ = b.read_to_end(&mut rest).await;
+        });
+        a.write_all(&P).await?;
+        answer(&mut a, client, P).await
+    }
+
+    #[tokio::test]
+    async fn a_datanode_with_a_secret_refuses_a_service_that_does_not_challenge() {
+        let s = ClusterSecret::generate();
+        let e = answer_echo(Some(&s)).await.expect_err("refused");
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("security.enabled"), "{e}");
+        answer_echo(None)
+            .await
+            .expect("security off: the echo is accepted");
+    }
+
+    #[test]
+    fn the_start_up_refusal_names_the_keys_the_variable_and_the_switch() {
+        let m = missing_secret("datanode");
+        for want in [
+            "datanode.cluster.secret.file",
+            SECRET_ENV,
+            "datanode.security.enabled = false",
+        ] {
+            assert!(m.contains(want), "{m}");
+        }
     }
 
     #[test]

@@ -43,6 +43,25 @@ pub struct DataNode {
     http_task: JoinHandle<std::io::Result<()>>,
 }
 
+/// With `security.enabled` (the default) a cluster secret must be configured (the file may
+/// appear later: it is read at every registration); with security off, a warning.
+fn check_security(cfg: &sluice_common::config::DatanodeConfig) -> Result<()> {
+    use sluice_common::auth;
+    if !cfg.security_enabled {
+        tracing::warn!("{}", auth::security_off_warning("datanode"));
+        return Ok(());
+    }
+    if auth::secret_configured(&cfg.cluster_secret_file) {
+        return Ok(());
+    }
+    Err(sluice_common::config::ConfigError::invalid(
+        "datanode.security.enabled",
+        true,
+        auth::missing_secret("datanode"),
+    )
+    .into())
+}
+
 impl DataNode {
     /// Scans/creates the volumes, binds the data port (`bind.host:port`) and HTTP port (port 0
     /// = any free port), starts the actix actor system on its own thread, registers with the
@@ -51,6 +70,7 @@ impl DataNode {
     /// runtime.
     pub async fn start(mut cfg: DatanodeConfig, shutdown: CancellationToken) -> Result<DataNode> {
         cfg.validate()?;
+        check_security(&cfg)?;
         crate::advertise::resolve(&mut cfg).await?;
         let metrics = Arc::new(Metrics::default());
         let dirs = cfg.data_dirs.0.clone();

@@ -212,20 +212,30 @@ fn local_addr(
 }
 
 /// The cluster secret DataNodes must prove, from `cluster.secret.file` (created when missing)
-/// or `SLUICE_CLUSTER_SECRET`; without one, a warning.
+/// or `SLUICE_CLUSTER_SECRET`. With `security.enabled` (the default) a service without one
+/// refuses to start; with security off no secret is read or demanded and a warning is logged.
 fn cluster_secret(
     cfg: &MetadataConfig,
 ) -> Result<Option<sluice_common::auth::ClusterSecret>, MetadataError> {
-    let secret = sluice_common::auth::ClusterSecret::resolve_or_create(&cfg.cluster_secret_file)
-        .map_err(|e| {
-            MetadataError::Config(sluice_common::config::ConfigError::invalid(
-                "metadata.cluster.secret.file",
-                cfg.cluster_secret_file.display(),
-                e.to_string(),
-            ))
-        })?;
-    if secret.is_none() {
-        tracing::warn!("no cluster secret (metadata.cluster.secret.file or SLUICE_CLUSTER_SECRET): any host may register as a DataNode and learn the block keys");
+    use sluice_common::auth::{self, ClusterSecret};
+    use sluice_common::config::ConfigError;
+    if !cfg.security_enabled {
+        tracing::warn!("{}", auth::security_off_warning("metadata"));
+        return Ok(None);
     }
-    Ok(secret)
+    let secret = ClusterSecret::resolve_or_create(&cfg.cluster_secret_file).map_err(|e| {
+        MetadataError::Config(ConfigError::invalid(
+            "metadata.cluster.secret.file",
+            cfg.cluster_secret_file.display(),
+            e.to_string(),
+        ))
+    })?;
+    match secret {
+        Some(s) => Ok(Some(s)),
+        None => Err(MetadataError::Config(ConfigError::invalid(
+            "metadata.security.enabled",
+            true,
+            auth::missing_secret("metadata"),
+        ))),
+    }
 }

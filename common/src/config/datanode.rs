@@ -48,9 +48,15 @@ pub struct DatanodeConfig {
     /// Topology label used by placement.
     pub rack: String,
     /// File holding the cluster secret this DataNode proves to the metadata service (read at
-    /// every registration). Empty: the `SLUICE_CLUSTER_SECRET` environment variable, or none.
+    /// every registration; it may appear after start-up). Empty: the `SLUICE_CLUSTER_SECRET`
+    /// environment variable; with neither, a DataNode with `security.enabled` refuses to start.
     #[serde(rename = "cluster.secret.file")]
     pub cluster_secret_file: std::path::PathBuf,
+    /// Prove the cluster secret to the metadata service and demand its proof in return (on by
+    /// default). Off: this DataNode proves nothing, joins only a metadata service that demands
+    /// no secret, and logs a warning at start-up.
+    #[serde(rename = "security.enabled")]
+    pub security_enabled: bool,
     /// Heartbeat interval.
     #[serde(rename = "heartbeat.interval")]
     pub heartbeat_interval: HumanDuration,
@@ -157,6 +163,7 @@ impl Default for DatanodeConfig {
             data_dirs: PathList(vec!["./sluice-data/datanode".into()]),
             rack: "/default-rack".into(),
             cluster_secret_file: std::path::PathBuf::new(),
+            security_enabled: true,
             heartbeat_interval: HumanDuration::secs(3),
             block_report_interval: HumanDuration::secs(6 * 3600),
             socket_timeout: HumanDuration::secs(60),

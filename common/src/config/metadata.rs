@@ -120,9 +120,14 @@ pub struct MetadataConfig {
     pub block_key_update_interval: HumanDuration,
     /// File holding the cluster secret DataNodes must prove to register and heartbeat; created
     /// with a fresh secret when missing. Empty: the `SLUICE_CLUSTER_SECRET` environment
-    /// variable, or no secret (any host may then join as a DataNode; a warning is logged).
+    /// variable; with neither, a service with `security.enabled` refuses to start.
     #[serde(rename = "cluster.secret.file")]
     pub cluster_secret_file: PathBuf,
+    /// Demand the cluster secret of every DataNode-protocol peer (on by default). Off: no
+    /// secret is read or demanded, any host may register as a DataNode and learn the block
+    /// keys, and a warning is logged at start-up.
+    #[serde(rename = "security.enabled")]
+    pub security_enabled: bool,
 }
 
 impl Default for MetadataConfig {
@@ -160,6 +165,7 @@ impl Default for MetadataConfig {
             block_token_lifetime: HumanDuration::secs(3600),
             block_key_update_interval: HumanDuration::secs(3600),
             cluster_secret_file: PathBuf::new(),
+            security_enabled: true,
         }
     }
 }

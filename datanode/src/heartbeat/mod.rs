@@ -101,8 +101,14 @@ async fn run_inner(ctx: Ctx, tracker: TaskTracker) {
 
 async fn register(ctx: &Ctx) -> Result<DatanodeProtocolClient, String> {
     let addr = ctx.cfg.metadata_address.clone();
-    let secret = sluice_common::auth::ClusterSecret::resolve(&ctx.cfg.cluster_secret_file)
-        .map_err(|e| format!("cluster secret: {e}"))?;
+    // Security off: prove nothing (and join only a service that demands nothing).
+    let secret = match ctx.cfg.security_enabled {
+        true => sluice_common::auth::ClusterSecret::resolve(&ctx.cfg.cluster_secret_file)
+            .map_err(|e| format!("cluster secret: {e}"))?
+            .ok_or_else(|| sluice_common::auth::missing_secret("datanode"))
+            .map(Some)?,
+        false => None,
+    };
     let connect = rpc::connect_datanode_protocol_with(addr.as_str(), secret.as_ref());
     let client = tokio::time::timeout(RPC_TIMEOUT, connect)
         .await

@@ -187,6 +187,8 @@ pub fn config(meta: SocketAddr, dirs: &[PathBuf]) -> DatanodeConfig {
         socket_timeout: HumanDuration::secs(5),
         max_frame_bytes: ByteSize::mib(4),
         read_piece_bytes: ByteSize::kib(64),
+        // The fake metadata service proves no cluster secret.
+        security_enabled: false,
         ..DatanodeConfig::default()
     }
 }

@@ -21,6 +21,7 @@ mod recovery;
 mod recovery_processes;
 mod repair;
 mod security;
+mod security_switch;
 mod webhdfs;
 mod webhdfs_data;
 mod webui;

@@ -32,6 +32,9 @@ pub fn config(dir: &Path) -> MetadataConfig {
         rpc_port: 0,
         http_port: 0,
         data_dir: dir.to_path_buf(),
+        // These tests speak the DataNode protocol as any peer; the cluster secret is tested
+        // end to end in sluice-tests (security).
+        security_enabled: false,
         ..MetadataConfig::default()
     }
 }
