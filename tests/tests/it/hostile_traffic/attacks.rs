@@ -28,6 +28,7 @@ pub(super) async fn all(c: &MiniCluster, sound: &Sound) {
     data_port_malformed(c, sound).await;
     data_port_out_of_order(c, sound).await;
     data_port_bad_packets(c, sound).await;
+    data_port_reads_past_the_end(c, sound).await;
     destructive_without_token(c, sound).await;
     metadata_rpc(c, sound).await;
     http_ports(c, sound).await;
@@ -300,6 +301,79 @@ async fn data_port_bad_packets(c: &MiniCluster, sound: &Sound) {
             .iter()
             .any(|m| matches!(m, Message::Ack(a) if a.seqno != 0 && a.first_failure().is_some()));
         assert!(refused, "{what}: no error ack, got {acks:?}");
+        sound.check(c, what).await;
+    }
+}
+
+/// Reads with a genuine token, past the end of the replica: a typed error (or, for a length
+/// past the end, only what is there), and the DataNode serves the next op on the same
+/// connection.
+async fn data_port_reads_past_the_end(c: &MiniCluster, sound: &Sound) {
+    let lb = first_block(c, "/pre/b").await;
+    let read = |offset, length| {
+        Op::ReadBlock(ReadBlockOp {
+            block: lb.block,
+            offset,
+            length,
+            piece_size: 0,
+        })
+    };
+    let chunk = |offset, length| {
+        Op::ReadChunk(sluice_common::proto::ReadChunkOp {
+            block: lb.block,
+            offset,
+            length,
+        })
+    };
+    let past = Status::ErrorOutOfRange;
+    let cases = [
+        ("data: ReadBlock at 2^40", read(1 << 40, u64::MAX), past),
+        (
+            "data: ReadBlock at u64::MAX",
+            read(u64::MAX, u64::MAX),
+            past,
+        ),
+        (
+            "data: ReadChunk at u64::MAX - 10",
+            chunk(u64::MAX - 10, u64::MAX),
+            past,
+        ),
+        ("data: ReadChunk at 2^40", chunk(1 << 40, 512), past),
+        // Clipped to the replica: one chunk of what is there.
+        (
+            "data: ReadChunk of u64::MAX bytes",
+            chunk(0, u64::MAX),
+            Status::Success,
+        ),
+    ];
+    for (what, op, status) in cases {
+        for dn in &lb.locations {
+            let mut conn = RawConn::connect(&dn.data_addr)
+                .await
+                .unwrap()
+                .with_token(lb.token.clone());
+            conn.send_op(op.clone()).await.unwrap();
+            let r = tokio::time::timeout(AT_ONCE, conn.op_response())
+                .await
+                .unwrap_or_else(|_| panic!("{what}: no answer within {AT_ONCE:?}"))
+                .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            assert_eq!(r.status, status, "{what}: {r:?}");
+            if status == Status::Success {
+                match conn.next().await.unwrap().map(|f| f.header) {
+                    Some(Message::Chunk(h)) => {
+                        assert!(u64::from(h.data_len) <= lb.block.num_bytes, "{what}: {h:?}")
+                    }
+                    other => panic!("{what}: expected a chunk, got {other:?}"),
+                }
+            }
+            let info = tokio::time::timeout(AT_ONCE, conn.replica_info(lb.block)).await;
+            match info {
+                Ok(Ok(r)) => assert_eq!(r.status, Status::Success, "{what}: then {r:?}"),
+                // Or the connection was closed after the error: both are fine.
+                Ok(Err(_)) => {}
+                Err(_) => panic!("{what}: neither answered nor closed"),
+            }
+        }
         sound.check(c, what).await;
     }
 }
