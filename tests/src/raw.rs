@@ -10,7 +10,7 @@ use sluice_common::proto::{
     Message, Op, OpResponse, ReadBlockOp, ReplicaInfo, ReplicaInfoOp, PROTOCOL_VERSION,
 };
 use sluice_common::token::BlockToken;
-use sluice_common::{ExtendedBlock, Status};
+use sluice_common::{DatanodeId, ExtendedBlock, NodeId, Status};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
@@ -136,4 +136,22 @@ impl RawConn {
             }
         }
     }
+}
+
+/// A listener on `127.0.0.1` posing as a DataNode named `name` (an address an attacker names
+/// in an op's targets): the listener, and the descriptor to put in the op.
+pub async fn trap(name: &str) -> anyhow::Result<(tokio::net::TcpListener, DatanodeId)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let id = DatanodeId {
+        node_id: NodeId(name.into()),
+        data_addr: listener.local_addr()?.to_string(),
+        http_addr: String::new(),
+        rack: "/default-rack".into(),
+    };
+    Ok((listener, id))
+}
+
+/// True when something connected to `trap` within `wait`.
+pub async fn dialled(trap: &tokio::net::TcpListener, wait: std::time::Duration) -> bool {
+    tokio::time::timeout(wait, trap.accept()).await.is_ok()
 }

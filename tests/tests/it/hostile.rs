@@ -322,7 +322,7 @@ async fn http_an_unfinished_upload_is_closed_and_a_slow_steady_one_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_a_write_naming_more_targets_than_replication_max_is_refused_before_dialling() {
     use sluice_common::proto::{BlockStage, Op, WriteBlockOp};
-    use sluice_common::{BlockId, DatanodeId, ExtendedBlock, GenerationStamp, NodeId, Status};
+    use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, Status};
     with_timeout(LIMIT, "WriteBlock with 600 targets", async {
         sluice_tests::init_logging();
         assert_eq!(
@@ -338,13 +338,7 @@ async fn data_a_write_naming_more_targets_than_replication_max_is_refused_before
             .await
             .unwrap();
         c.wait_live(1).await.unwrap();
-        let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let target = DatanodeId {
-            node_id: NodeId("trap".into()),
-            data_addr: trap.local_addr().unwrap().to_string(),
-            http_addr: String::new(),
-            rack: "/default-rack".into(),
-        };
+        let (trap, target) = sluice_tests::raw::trap("trap").await.unwrap();
         let op = Op::WriteBlock(WriteBlockOp {
             block: ExtendedBlock::new(BlockId(1 << 40), GenerationStamp(1), 0),
             stage: BlockStage::Create,
@@ -362,8 +356,8 @@ async fn data_a_write_naming_more_targets_than_replication_max_is_refused_before
         assert_eq!(r.status, Status::ErrorInvalid, "{r:?}");
         assert!(r.message.contains("replication.max"), "{}", r.message);
         // Nothing was dialled.
-        let dialled = tokio::time::timeout(Duration::from_millis(500), trap.accept()).await;
-        assert!(dialled.is_err(), "the DataNode dialled a target");
+        let dialled = sluice_tests::raw::dialled(&trap, Duration::from_millis(500)).await;
+        assert!(!dialled, "the DataNode dialled a target");
     })
     .await
 }

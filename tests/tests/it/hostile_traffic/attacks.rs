@@ -13,7 +13,7 @@ use sluice_common::proto::{
     ReadEnd, TransferBlockOp, UpdateReplicaOp, WriteBlockOp, PROTOCOL_VERSION,
 };
 use sluice_common::rpc::{self, CreateOptions, LocatedBlock, CLIENT_PREAMBLE, DATANODE_PREAMBLE};
-use sluice_common::{checksum, DatanodeId, ExtendedBlock, GenerationStamp, NodeId, Status};
+use sluice_common::{checksum, DatanodeId, ExtendedBlock, GenerationStamp, Status};
 use sluice_tests::raw::RawConn;
 use sluice_tests::{random_bytes, MiniCluster};
 use std::time::{Duration, Instant};
@@ -430,13 +430,7 @@ async fn destructive_without_token(c: &MiniCluster, sound: &Sound) {
     sound.check(c, "recovery of the live writer's block").await;
 
     // A copy of everything to an address the attacker chose.
-    let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let attacker = DatanodeId {
-        node_id: NodeId("attacker".into()),
-        data_addr: trap.local_addr().unwrap().to_string(),
-        http_addr: String::new(),
-        rack: "/default-rack".into(),
-    };
+    let (trap, attacker) = sluice_tests::raw::trap("attacker").await.unwrap();
     let mut all = lb.block;
     all.num_bytes = u64::MAX;
     let transfer = op(Op::TransferBlock(TransferBlockOp {
@@ -451,11 +445,8 @@ async fn destructive_without_token(c: &MiniCluster, sound: &Sound) {
         "TransferBlock to the attacker",
     )
     .await;
-    let dialled = tokio::time::timeout(Duration::from_millis(300), trap.accept()).await;
-    assert!(
-        dialled.is_err(),
-        "a DataNode dialled the attacker's address"
-    );
+    let dialled = sluice_tests::raw::dialled(&trap, Duration::from_millis(300)).await;
+    assert!(!dialled, "a DataNode dialled the attacker's address");
     sound
         .check(c, "TransferBlock(u64::MAX) to the attacker")
         .await;
