@@ -179,6 +179,11 @@ macro_rules! metrics {
 metrics! {
     /// Data-transfer connections accepted.
     connections_accepted: Counter = "connections_accepted",
+    /// Data-transfer connections closed at accept: their peer held `data.connections.per-peer.max`.
+    connections_refused_per_peer: Counter = "connections_refused_per_peer",
+    /// Pipelines closed because no data packet came within `write.setup.idle.timeout` of
+    /// their set-up while they held a write-buffer permit.
+    idle_setups_closed: Counter = "idle_setups_closed",
     /// Data-transfer connections being served.
     active_transfers: Gauge = "active_transfers",
     /// WriteBlock ops received.

@@ -50,6 +50,14 @@ impl RawConn {
         Ok(())
     }
 
+    /// Sends one frame: `header` and its `payload`.
+    pub async fn send_frame(&mut self, header: Message, payload: Bytes) -> anyhow::Result<()> {
+        self.framed
+            .send(Frame::with_payload(header, payload))
+            .await?;
+        Ok(())
+    }
+
     /// The next frame, or `None` at end of stream.
     pub async fn next(&mut self) -> anyhow::Result<Option<Frame<Message>>> {
         match self.framed.next().await {

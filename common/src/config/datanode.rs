@@ -76,6 +76,15 @@ pub struct DatanodeConfig {
     /// Data-transfer connections served at once; more wait in the accept queue.
     #[serde(rename = "max.transfer.threads")]
     pub max_transfer_threads: u32,
+    /// Data-transfer connections one peer address (IP) may hold at once; more are closed at
+    /// accept, so that one host cannot take every `max.transfer.threads` slot.
+    #[serde(rename = "data.connections.per-peer.max")]
+    pub data_connections_per_peer_max: u32,
+    /// A pipeline whose writer holds a write-buffer memory permit and that receives no data
+    /// packet within this after its set-up (heartbeats do not count) is closed and the permit
+    /// returned: idle set-ups cannot take every write buffer.
+    #[serde(rename = "write.setup.idle.timeout")]
+    pub write_setup_idle_timeout: HumanDuration,
     /// fsync a replica's block and metadata files when it is finalized (Sluice default: true;
     /// HDFS's `dfs.datanode.synconclose` defaults to false).
     #[serde(rename = "sync.on.close")]
@@ -170,6 +179,8 @@ impl Default for DatanodeConfig {
             max_frame_bytes: ByteSize::mib(16),
             replication_max: 512,
             max_transfer_threads: 4096,
+            data_connections_per_peer_max: 1024,
+            write_setup_idle_timeout: HumanDuration::secs(10),
             sync_on_close: true,
             block_scanner_interval: HumanDuration::secs(21 * 24 * 3600),
             block_scanner_bytes_per_second: ByteSize::mib(1),
@@ -210,6 +221,13 @@ impl DatanodeConfig {
 
     /// Checks ranges and relations between keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.data_connections_per_peer_max == 0 {
+            return Err(ConfigError::invalid(
+                "datanode.data.connections.per-peer.max",
+                0,
+                "must be at least 1",
+            ));
+        }
         if self.replication_max == 0 {
             return Err(ConfigError::invalid(
                 "datanode.replication.max",
@@ -226,6 +244,10 @@ impl DatanodeConfig {
             (
                 "datanode.http.body.idle.timeout",
                 self.http_body_idle_timeout,
+            ),
+            (
+                "datanode.write.setup.idle.timeout",
+                self.write_setup_idle_timeout,
             ),
         ] {
             if value.get().is_zero() {

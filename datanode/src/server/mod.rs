@@ -1,11 +1,13 @@
 //! The data-transfer server: the accept loop and one task per connection.
 //!
 //! At most `max.transfer.threads` connections are served at once; further connections wait in
-//! the listener's accept queue. Connection tasks are tracked so that a graceful stop can wait
-//! for them.
+//! the listener's accept queue. One peer address holds at most
+//! `data.connections.per-peer.max` of them: a connection past that is closed at accept.
+//! Connection tasks are tracked so that a graceful stop can wait for them.
 
 pub(crate) mod access;
 mod connection;
+mod peers;
 
 use crate::context::Ctx;
 use crate::metrics::GaugeGuard;
@@ -18,6 +20,7 @@ use tracing::Instrument;
 /// Accepts connections until `shutdown` (or `kill`) is cancelled.
 pub(crate) async fn run(ctx: Ctx, listener: TcpListener, tracker: TaskTracker) {
     let slots = Arc::new(Semaphore::new(ctx.cfg.max_transfer_threads as usize));
+    let peers = peers::PeerCounts::new(ctx.cfg.data_connections_per_peer_max as usize);
     loop {
         let permit = tokio::select! {
             _ = ctx.shutdown.cancelled() => break,
@@ -39,6 +42,12 @@ pub(crate) async fn run(ctx: Ctx, listener: TcpListener, tracker: TaskTracker) {
                 continue;
             }
         };
+        let Some(held) = peers.admit(peer.ip()) else {
+            ctx.metrics.connections_refused_per_peer.inc();
+            tracing::warn!(node = %ctx.node_id, %peer, max = ctx.cfg.data_connections_per_peer_max, "connection refused: data.connections.per-peer.max reached for this peer");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         ctx.metrics.connections_accepted.inc();
         let c = ctx.clone();
@@ -47,6 +56,7 @@ pub(crate) async fn run(ctx: Ctx, listener: TcpListener, tracker: TaskTracker) {
             async move {
                 let _active = GaugeGuard::new(&c.metrics.active_transfers);
                 connection::serve(c.clone(), stream).await;
+                drop(held);
                 drop(permit);
             }
             .instrument(span),

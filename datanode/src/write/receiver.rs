@@ -4,7 +4,9 @@
 //! close-recover), connect downstream, start the replica's writer — for a buffered writer
 //! (write-memory batching) after taking its memory permit, waiting for one if the cap is
 //! reached — and only then answer upstream, so a success covers the whole rest of the
-//! pipeline. Then, for every packet, in this order:
+//! pipeline. A writer holding a write-buffer permit whose first data packet does not come
+//! within `write.setup.idle.timeout` is closed, so idle set-ups give their permits back.
+//! Then, for every packet, in this order:
 //! 1. check the header ([`PacketValidator`]);
 //! 2. forward the frame downstream unchanged;
 //! 3. verify every chunk's CRC32C;
@@ -144,13 +146,13 @@ async fn serve_inner(
     resp.replica = ctx.dataset.get(op.block.id).map(|e| e.info());
     if let Err(e) = wire::respond(&mut upstream, resp, t).await {
         tracing::warn!("cannot answer the set-up: {e}");
-        if let Some((w, _)) = writer {
-            let _ = w.send(Stop).await;
+        if let Some(started) = writer {
+            let _ = started.writer.send(Stop).await;
         }
         return;
     }
-    if let Some((writer, live)) = writer {
-        run(ctx, op, writer, live, reader, upstream, downstream).await;
+    if let Some(started) = writer {
+        run(ctx, op, started, reader, upstream, downstream).await;
     }
 }
 
@@ -232,6 +234,9 @@ enum Outcome {
     Broken,
     /// The upstream connection was lost or silent.
     UpstreamLost,
+    /// No data packet within `write.setup.idle.timeout` of the set-up while the writer held a
+    /// write-buffer permit.
+    IdleSetup,
     /// Asked to stop (recovery of the replica, delete, graceful shutdown).
     Stopped,
     /// Failpoint `drop`: close everything at once.
@@ -240,18 +245,41 @@ enum Outcome {
     Killed,
 }
 
+/// A replica's writer once set up.
+struct Started {
+    writer: Addr<ReplicaWriter>,
+    live: Arc<ReplicaLive>,
+    /// The writer holds a write-buffer memory permit.
+    buffered: bool,
+}
+
+/// Waits until `at`; never when there is none.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The pipeline after set-up: the writer actor, the responder, and the packet loop.
 async fn run(
     ctx: Ctx,
     op: WriteBlockOp,
-    writer: Addr<ReplicaWriter>,
-    live: Arc<ReplicaLive>,
+    started: Started,
     mut reader: FrameReader,
     upstream: FrameWriter,
     downstream: Option<Downstream>,
 ) {
+    let Started {
+        writer,
+        live,
+        buffered,
+    } = started;
     let stop = CancellationToken::new();
     let _writer_done = live.attach_writer(stop.clone());
+    // A permit holder must show data soon: idle set-ups cannot take every write buffer.
+    let first_data_by =
+        buffered.then(|| tokio::time::Instant::now() + ctx.cfg.write_setup_idle_timeout.get());
     let validator = PacketValidator::new(live.bytes_on_disk(), op.bytes_per_checksum);
     let (tx, rx) = mpsc::channel(ACK_QUEUE);
     let (broken, downstream_lost) = (CancellationToken::new(), CancellationToken::new());
@@ -275,6 +303,7 @@ async fn run(
         validator,
         downstream: ds_writer,
         downstream_lost,
+        first_data_by,
     };
     let outcome = lp.run(&mut reader, &broken, &stop).await;
     let downstream = lp.downstream.take();
@@ -290,11 +319,7 @@ async fn run(
 
 /// Starts the replica's writer actor: buffered if batching applies to this replica and a
 /// memory permit comes (see [`lease_buffer`]), direct otherwise.
-async fn start_writer(
-    ctx: &Ctx,
-    op: &WriteBlockOp,
-    replica: OpenReplica,
-) -> Result<(Addr<ReplicaWriter>, Arc<ReplicaLive>)> {
+async fn start_writer(ctx: &Ctx, op: &WriteBlockOp, replica: OpenReplica) -> Result<Started> {
     let live = replica.entry.live.clone();
     let settings = WriterSettings {
         stage: op.stage,
@@ -307,6 +332,7 @@ async fn start_writer(
     } else {
         None
     };
+    let buffered = lease.is_some();
     let (ds, m) = (ctx.dataset.clone(), ctx.metrics.clone());
     let state = ctx
         .blocking(move || WriterCore::new(replica, settings, ds, m, lease))
@@ -316,7 +342,11 @@ async fn start_writer(
     let addr = ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| {
         ReplicaWriter::new(state, io, idle, metrics)
     });
-    Ok((addr, live))
+    Ok(Started {
+        writer: addr,
+        live,
+        buffered,
+    })
 }
 
 /// Takes a write-buffer memory permit, waiting while the cap is reached — at most half the
@@ -365,7 +395,7 @@ async fn finish(ctx: &Ctx, op: &WriteBlockOp, live: &Arc<ReplicaLive>, e: Ended)
             }
             drop(e.downstream);
         }
-        Outcome::UpstreamLost | Outcome::Stopped | Outcome::Dropped => {
+        Outcome::UpstreamLost | Outcome::IdleSetup | Outcome::Stopped | Outcome::Dropped => {
             drop(e.downstream);
             e.responder.abort();
         }
@@ -396,6 +426,9 @@ struct PacketLoop<'a> {
     validator: PacketValidator,
     downstream: Option<FrameWriter>,
     downstream_lost: CancellationToken,
+    /// Until the first data packet, for a writer holding a write-buffer permit: when the
+    /// pipeline is closed if none came.
+    first_data_by: Option<tokio::time::Instant>,
 }
 
 /// What one packet led to.
@@ -419,6 +452,14 @@ impl PacketLoop<'_> {
                 _ = broken.cancelled() => return Outcome::Broken,
                 _ = stop.cancelled() => return Outcome::Stopped,
                 _ = self.ctx.shutdown.cancelled() => return Outcome::Stopped,
+                _ = sleep_until(self.first_data_by) => {
+                    self.ctx.metrics.idle_setups_closed.inc();
+                    tracing::warn!(
+                        timeout = %self.ctx.cfg.write_setup_idle_timeout,
+                        "no data packet since the set-up (write.setup.idle.timeout): closing the pipeline and returning its write buffer"
+                    );
+                    return Outcome::IdleSetup;
+                }
                 r = tokio::time::timeout(t, reader.next()) => r,
             };
             let frame = match next {
@@ -480,6 +521,7 @@ impl PacketLoop<'_> {
     }
 
     async fn on_data(&mut self, h: PacketHeader, payload: Bytes) -> Step {
+        self.first_data_by = None;
         let received = Instant::now();
         self.ctx.metrics.packets_received.inc();
         let bpc = self.op.bytes_per_checksum;

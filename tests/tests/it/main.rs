@@ -7,6 +7,7 @@
 
 mod append;
 mod batching;
+mod data_limits;
 mod foundation;
 mod hflush_processes;
 mod hostile;

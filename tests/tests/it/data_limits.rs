@@ -1,0 +1,173 @@
+//! Bounded resources on a DataNode's data port (issue 11): connections per peer address, idle
+//! write set-ups holding write-buffer permits. Each limit is a config key with a default
+//! checked here, and a test that fails without its mechanism.
+
+use sluice_common::config::{DatanodeConfig, HumanDuration};
+use sluice_common::proto::{BlockStage, Message, Op, PacketHeader, WriteBlockOp, HEARTBEAT_SEQNO};
+use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, Status};
+use sluice_tests::raw::RawConn;
+use sluice_tests::{random_bytes, read_all, wait_until, with_timeout, write_all, MiniCluster};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[test]
+fn the_data_port_limits_have_their_documented_defaults() {
+    let d = DatanodeConfig::default();
+    assert_eq!(d.data_connections_per_peer_max, 1024);
+    assert_eq!(d.write_setup_idle_timeout, HumanDuration::secs(10));
+    assert_eq!(d.max_transfer_threads, 4096);
+}
+
+/// A connection to `to` from the local address `from` (any 127.x address is this host's).
+async fn connect_from(from: [u8; 4], to: SocketAddr) -> TcpStream {
+    let s = TcpSocket::new_v4().unwrap();
+    s.bind(SocketAddr::from((from, 0))).unwrap();
+    s.connect(to).await.unwrap()
+}
+
+/// True when the DataNode closes `s` within `within` (it sends nothing unasked).
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, s.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_holds_at_most_its_share_of_the_data_port() {
+    with_timeout(LIMIT, "per-peer connections", async {
+        sluice_tests::init_logging();
+        let c = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .configure_datanodes(|_, d| d.data_connections_per_peer_max = 4)
+            .start()
+            .await
+            .unwrap();
+        c.wait_live(1).await.unwrap();
+        let dn = c.datanode(0).unwrap();
+        let addr = dn.data_addr();
+        let refused = || dn.metrics().connections_refused_per_peer.get();
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(connect_from([127, 0, 0, 2], addr).await);
+        }
+        // The fifth from the same peer is closed at once, and counted.
+        let mut fifth = connect_from([127, 0, 0, 2], addr).await;
+        assert!(closed_within(&mut fifth, Duration::from_secs(5)).await);
+        assert_eq!(refused(), 1);
+        // The four held are still served (open), and another peer is not affected: a client
+        // on 127.0.0.1 writes and reads a file through the same DataNode.
+        for s in &mut held {
+            assert!(!closed_within(s, Duration::from_millis(50)).await);
+        }
+        let fs = c.client().await.unwrap();
+        let data = random_bytes(200_000, 51);
+        let opts = sluice_client::WriteOptions {
+            replication: Some(1),
+            ..Default::default()
+        };
+        write_all(&fs, "/peer", &data, opts, 10_000).await.unwrap();
+        assert!(read_all(&fs, "/peer").await.unwrap() == data);
+        // A connection closed gives its place back.
+        drop(held.pop());
+        wait_until(
+            Duration::from_secs(10),
+            "the place is given back",
+            || async {
+                let mut s = connect_from([127, 0, 0, 2], addr).await;
+                !closed_within(&mut s, Duration::from_millis(200)).await
+            },
+        )
+        .await;
+        c.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_write_set_up_gives_its_write_buffer_back() {
+    with_timeout(LIMIT, "idle set-up", async {
+        sluice_tests::init_logging();
+        // One write buffer (8 MiB of 8 MiB buffers); tokens off, so that a raw set-up needs
+        // no metadata service.
+        let c = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .configure_metadata(|m| m.block_token_enable = false)
+            .configure_datanodes(|_, d| {
+                d.write_buffer_max_capacity_mb = 8;
+                d.write_setup_idle_timeout = HumanDuration::secs(1);
+                d.socket_timeout = HumanDuration::secs(60);
+            })
+            .start()
+            .await
+            .unwrap();
+        c.wait_live(1).await.unwrap();
+        let dn = c.datanode(0).unwrap();
+        let buffers = dn.write_buffers();
+        assert_eq!(buffers.available_permits(), Some(1));
+        let mut conn = RawConn::connect(&dn.data_addr().to_string()).await.unwrap();
+        conn.send_op(Op::WriteBlock(WriteBlockOp {
+            block: ExtendedBlock::new(BlockId(1 << 41), GenerationStamp(7), 0),
+            stage: BlockStage::Create,
+            targets: vec![],
+            client_name: "idle".into(),
+            bytes_per_checksum: 512,
+            latest_gen_stamp: GenerationStamp(7),
+        }))
+        .await
+        .unwrap();
+        let r = conn.op_response().await.unwrap();
+        assert_eq!(r.status, Status::Success, "{r:?}");
+        assert_eq!(
+            buffers.available_permits(),
+            Some(0),
+            "the set-up holds the buffer"
+        );
+        // Heartbeats only: they keep the socket alive but are no data.
+        let beat = Message::Packet(PacketHeader {
+            seqno: HEARTBEAT_SEQNO,
+            offset_in_block: 0,
+            data_len: 0,
+            last: false,
+            sync: false,
+        });
+        conn.send_frame(beat, bytes::Bytes::new()).await.unwrap();
+        wait_until(
+            Duration::from_secs(10),
+            "the idle set-up's permit is back",
+            || async { buffers.available_permits() == Some(1) },
+        )
+        .await;
+        assert_eq!(dn.metrics().idle_setups_closed.get(), 1);
+        // The connection was closed (after the heartbeat's ack).
+        let end = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match conn.next().await {
+                    Ok(Some(_)) => continue,
+                    _ => return,
+                }
+            }
+        })
+        .await;
+        assert!(end.is_ok(), "the pipeline was closed");
+        // A real write takes the buffer and completes (its first packet comes at once).
+        let fs = c.client().await.unwrap();
+        let data = random_bytes(300_000, 52);
+        let opts = sluice_client::WriteOptions {
+            replication: Some(1),
+            ..Default::default()
+        };
+        write_all(&fs, "/w", &data, opts, 100_000).await.unwrap();
+        assert!(read_all(&fs, "/w").await.unwrap() == data);
+        assert_eq!(dn.metrics().idle_setups_closed.get(), 1);
+        c.shutdown().await;
+    })
+    .await
+}
