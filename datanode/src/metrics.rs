@@ -204,6 +204,9 @@ metrics! {
     read_stamp_refusals: Counter = "read_stamp_refusals",
     /// Write packets received (heartbeats excluded).
     packets_received: Counter = "packets_received",
+    /// Write packets the receiving connection task wrote to the replica itself (a direct
+    /// sink's page-cache write), without the hand-off to the writer actor and the blocking pool.
+    packets_written_inline: Counter = "packets_written_inline",
     /// Heartbeat packets received.
     heartbeat_packets: Counter = "heartbeat_packets",
     /// Packets whose checksums did not match.

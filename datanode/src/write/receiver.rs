@@ -11,7 +11,9 @@
 //! 2. forward the frame downstream unchanged;
 //! 3. verify every chunk's CRC32C;
 //! 4. hand the packet to the replica's [`ReplicaWriter`] actor (`send().await`), which writes it
-//!    (5. and fsyncs it when `sync`);
+//!    (5. and fsyncs it when `sync`) — or, when the write is only a copy into the page cache (a
+//!    direct sink, no hsync), write it on this task ([`write_inline`]): the copy costs less
+//!    than waking the actor's thread and a blocking-pool thread and being woken back;
 //! 6. on the last packet, finalize the replica and queue its `Received` report;
 //! 7. queue the packet's outcome for the [`Responder`], which acks upstream once the downstream
 //!    ack for the same seqno is in.
@@ -25,7 +27,7 @@ use super::buffer_pool::BufferLease;
 use super::packet::{PacketKind, PacketValidator};
 use super::pipeline::{self, Downstream};
 use super::responder::{PendingAck, Responder, ResponderEnd};
-use super::writer_actor::{Finalize, ReplicaWriter, Stop, WritePacket};
+use super::writer_actor::{write_inline, Finalize, ReplicaWriter, SharedCore, Stop, WritePacket};
 use super::writer_core::{WriterCore, WriterSettings};
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
@@ -248,6 +250,8 @@ enum Outcome {
 /// A replica's writer once set up.
 struct Started {
     writer: Addr<ReplicaWriter>,
+    /// The writer's state, shared with the actor (for inline writes).
+    state: SharedCore,
     live: Arc<ReplicaLive>,
     /// The writer holds a write-buffer memory permit.
     buffered: bool,
@@ -272,6 +276,7 @@ async fn run(
 ) {
     let Started {
         writer,
+        state,
         live,
         buffered,
     } = started;
@@ -299,6 +304,7 @@ async fn run(
         ctx: ctx.clone(),
         op: &op,
         writer: writer.clone(),
+        state,
         acks: tx,
         validator,
         downstream: ds_writer,
@@ -334,16 +340,19 @@ async fn start_writer(ctx: &Ctx, op: &WriteBlockOp, replica: OpenReplica) -> Res
     };
     let buffered = lease.is_some();
     let (ds, m) = (ctx.dataset.clone(), ctx.metrics.clone());
-    let state = ctx
+    let core = ctx
         .blocking(move || WriterCore::new(replica, settings, ds, m, lease))
         .await?;
+    let state: SharedCore = Arc::new(std::sync::Mutex::new(core));
     let (io, metrics) = (ctx.io.clone(), ctx.metrics.clone());
     let idle = ctx.buffers.settings().idle_flush;
+    let shared = state.clone();
     let addr = ReplicaWriter::start_in_arbiter(&ctx.arbiter, move |_| {
-        ReplicaWriter::new(state, io, idle, metrics)
+        ReplicaWriter::new(shared, io, idle, metrics)
     });
     Ok(Started {
         writer: addr,
+        state,
         live,
         buffered,
     })
@@ -422,6 +431,7 @@ struct PacketLoop<'a> {
     ctx: Ctx,
     op: &'a WriteBlockOp,
     writer: Addr<ReplicaWriter>,
+    state: SharedCore,
     acks: mpsc::Sender<PendingAck>,
     validator: PacketValidator,
     downstream: Option<FrameWriter>,
@@ -544,7 +554,14 @@ impl PacketLoop<'_> {
             checksums: sums,
             sync: h.sync,
         };
-        match self.writer.send(msg).await {
+        let written = match write_inline(&self.state, &msg) {
+            Some(r) => {
+                self.ctx.metrics.packets_written_inline.inc();
+                Ok(r)
+            }
+            None => self.writer.send(msg).await,
+        };
+        match written {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Step::End(self.write_error(h.seqno, e).await),
             Err(_) => {
@@ -595,14 +612,15 @@ impl PacketLoop<'_> {
         }
     }
 
-    /// Forwards the packet downstream unchanged. A failure is left to the responder, which
-    /// then acks `[own, ERROR]`.
+    /// Forwards the packet downstream unchanged, header and payload in one vectored write
+    /// straight from the received buffer (the codec would copy the payload first). A failure
+    /// is left to the responder, which then acks `[own, ERROR]`.
     async fn forward(&mut self, h: PacketHeader, payload: &Bytes) {
         let Some(w) = self.downstream.as_mut() else {
             return;
         };
         let t = self.ctx.socket_timeout();
-        if let Err(e) = wire::send(w, Message::Packet(h), payload.clone(), t).await {
+        if let Err(e) = wire::write_direct(w, &Message::Packet(h), payload, t).await {
             tracing::warn!(seqno = h.seqno, "forwarding downstream failed: {e}");
             self.downstream = None;
             self.downstream_lost.cancel();

@@ -44,6 +44,12 @@ pub trait ReplicaSink: Send {
     fn is_buffered(&self) -> bool {
         false
     }
+    /// True when taking a packet of `len` bytes only copies memory — into the page cache or
+    /// the sink's buffer — with no flush, fsync or direct I/O that waits for the disk: the
+    /// receiver then writes it on its own task instead of handing it to another thread.
+    fn writes_in_memory(&self, _len: usize) -> bool {
+        false
+    }
     /// Frees files, buffers and permits. Idempotent; never flushes.
     fn release(&mut self);
 }
@@ -134,6 +140,11 @@ impl ReplicaSink for DirectSink {
 
     fn bytes_on_disk(&self) -> u64 {
         self.on_disk
+    }
+
+    fn writes_in_memory(&self, _len: usize) -> bool {
+        // Buffered positional writes: a copy into the page cache (writeback is the kernel's).
+        self.files.is_some()
     }
 
     fn release(&mut self) {

@@ -4,6 +4,12 @@
 //! one is done: packets reach the file in the order they were sent. Connection tasks use
 //! `addr.send(..).await` (bounded mailbox of 16), never `do_send`.
 //!
+//! The receiver may also write a packet itself ([`write_inline`]): when the write is only a
+//! copy into the page cache (a direct sink, no hsync), handing it to the actor and the blocking
+//! pool costs more in thread wake-ups than the copy. The state is shared ([`SharedCore`]) and
+//! locked for each write either way; the receiver awaits every message it sends before the next
+//! packet, so its packets still reach the file in order.
+//!
 //! A buffered writer also runs the idle-flush timer ([`IdleFlush`] decides; the actor arms one
 //! actix timer). Its flush runs like a message: while it runs (`ctx.wait`), no packet is taken.
 
@@ -46,10 +52,27 @@ pub struct Stop;
 #[rtype(result = "Result<()>")]
 pub struct Flush;
 
+/// A writer's state, shared by its actor and the receiver's inline writes.
+pub type SharedCore = Arc<Mutex<WriterCore>>;
+
+/// Writes `m` on the caller's thread when that is only a memory copy: no hsync, a sink whose
+/// write goes to the page cache ([`WriterCore::writes_in_memory`]), the state not busy with
+/// an actor job. `None`: send it to the actor. Never waits for the lock.
+pub fn write_inline(state: &SharedCore, m: &WritePacket) -> Option<Result<()>> {
+    if m.sync {
+        return None;
+    }
+    let mut s = state.try_lock().ok()?;
+    if !s.writes_in_memory(m.data.len()) {
+        return None;
+    }
+    Some(s.write_packet(m.offset, &m.data, &m.checksums, false))
+}
+
 /// The actor.
 #[derive(Debug)]
 pub struct ReplicaWriter {
-    state: Arc<Mutex<WriterCore>>,
+    state: SharedCore,
     io: tokio::runtime::Handle,
     idle: Option<IdleFlush>,
     timer: Option<SpawnHandle>,
@@ -60,18 +83,19 @@ impl ReplicaWriter {
     /// A writer around `state`; blocking work runs on `io`'s blocking pool. A buffered state
     /// gets the idle-flush timer of `idle_flush` (zero: none).
     pub fn new(
-        state: WriterCore,
+        state: SharedCore,
         io: tokio::runtime::Handle,
         idle_flush: Duration,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let idle = if state.is_buffered() {
+        let buffered = state.lock().map(|s| s.is_buffered()).unwrap_or(false);
+        let idle = if buffered {
             IdleFlush::new(idle_flush)
         } else {
             None
         };
         ReplicaWriter {
-            state: Arc::new(Mutex::new(state)),
+            state,
             io,
             idle,
             timer: None,

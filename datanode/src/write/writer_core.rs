@@ -80,6 +80,12 @@ impl WriterCore {
         self.sink.is_buffered()
     }
 
+    /// True when writing a packet of `len` bytes without `sync` is a memory copy only (see
+    /// [`ReplicaSink::writes_in_memory`]): cheap enough for the receiver's own task.
+    pub fn writes_in_memory(&self, len: usize) -> bool {
+        self.sink.writes_in_memory(len)
+    }
+
     /// True when received bytes wait in memory for a flush.
     pub fn pending(&self) -> bool {
         self.sink.pending()

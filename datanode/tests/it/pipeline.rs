@@ -83,6 +83,19 @@ async fn three_node_pipeline_with_hflush_overlap_and_sync_reads_back_everywhere(
             assert_valid_files(&blk, &meta_file, &data);
             assert!(n.dn().metrics().block_file_writes.get() > 0);
         }
+        // The direct-sink replicas took every packet on the receiving task except the hsync
+        // one (its fsync goes to the blocking pool); the buffered last replica none.
+        for n in [&n1, &n2] {
+            let m = n.dn().metrics();
+            let (received, inline) = (m.packets_received.get(), m.packets_written_inline.get());
+            assert!(received > 2, "{received}");
+            assert_eq!(
+                inline,
+                received - 1,
+                "every packet but the hsync one inline"
+            );
+        }
+        assert_eq!(n3.dn().metrics().packets_written_inline.get(), 0);
     })
     .await
 }
