@@ -1,8 +1,9 @@
 //! Fuzz target bodies for the decoders this crate owns (cargo feature `fuzzing`; see
 //! `docs/security.md`, "Fuzzing"): the data-transfer frame decoder ([`frame`]) and the block
 //! access token parser ([`token`]). The harness in `fuzz/` calls them with the fuzzer's inputs;
-//! the unit tests below replay every input kept in `fuzz/regressions/<target>/`, so an input
-//! that once found a bug is checked by plain `cargo test`.
+//! the unit tests below replay every input kept in `fuzz/regressions/<target>/` and the
+//! starting inputs ([`seeds`]), so an input that once found a bug is checked by plain
+//! `cargo test`.
 //!
 //! Each body panics when an invariant breaks, which is what the fuzzer reports as a crash.
 
@@ -12,6 +13,9 @@ use crate::token::{AccessMode, BlockKey, BlockToken, KeySet, TokenCheck, TokenEr
 use crate::FrameError;
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, Encoder};
+
+mod seeds;
+pub use seeds::seeds;
 
 /// What decoding a byte stream gave: its frames, then how it stopped.
 #[derive(Debug, PartialEq)]
@@ -151,29 +155,29 @@ pub fn token(data: &[u8]) {
     assert!(back.ok().as_ref() == Some(&good), "token round trip");
 }
 
-/// Replays the inputs kept under `fuzz/regressions/<target>/` (and `fuzz/seeds/<target>/`)
-/// through `body`: the regression tests of the crates that own the fuzzed code.
+/// Replays `target`'s [`seeds`] and the inputs kept under `fuzz/regressions/<target>/` (next
+/// to the crate at `manifest_dir`) through `body`: the regression tests of the crates that own
+/// the fuzzed code. Returns how many inputs ran.
 pub fn replay(manifest_dir: &str, target: &str, body: fn(&[u8])) -> usize {
-    let mut n = 0;
-    for kind in ["regressions", "seeds"] {
-        let dir = std::path::Path::new(manifest_dir)
-            .join("../fuzz")
-            .join(kind)
-            .join(target);
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Ok(data) = std::fs::read(&path) else {
-                continue;
-            };
-            let caught = std::panic::catch_unwind(|| body(&data));
-            assert!(caught.is_ok(), "fuzz input {} fails", path.display());
-            n += 1;
+    let mut inputs: Vec<(String, Vec<u8>)> = seeds()
+        .into_iter()
+        .filter(|(t, ..)| *t == target)
+        .map(|(_, name, bytes)| (format!("seed {name}"), bytes))
+        .collect();
+    let dir = std::path::Path::new(manifest_dir)
+        .join("../fuzz/regressions")
+        .join(target);
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if let Ok(bytes) = std::fs::read(&path) {
+            inputs.push((path.display().to_string(), bytes));
         }
     }
-    n
+    for (name, bytes) in &inputs {
+        let caught = std::panic::catch_unwind(|| body(bytes));
+        assert!(caught.is_ok(), "fuzz input {name} fails");
+    }
+    inputs.len()
 }
 
 #[cfg(test)]
@@ -182,12 +186,12 @@ mod tests {
 
     #[test]
     fn frame_regressions_pass() {
-        replay(env!("CARGO_MANIFEST_DIR"), "frame", frame);
+        assert!(replay(env!("CARGO_MANIFEST_DIR"), "frame", frame) > 0);
     }
 
     #[test]
     fn token_regressions_pass() {
-        replay(env!("CARGO_MANIFEST_DIR"), "token", token);
+        assert!(replay(env!("CARGO_MANIFEST_DIR"), "token", token) > 0);
     }
 
     #[test]
