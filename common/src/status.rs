@@ -41,6 +41,8 @@ pub enum Status {
     ErrorNoSpace = 26,
     /// A local write, flush or fsync failed.
     ErrorIo = 27,
+    /// The DataNode is at a resource cap (read-buffer memory): try another replica, or later.
+    ErrorBusy = 28,
 }
 
 impl Status {
@@ -68,6 +70,7 @@ impl Status {
             25 => ErrorStaleGenStamp,
             26 => ErrorNoSpace,
             27 => ErrorIo,
+            28 => ErrorBusy,
             _ => return None,
         })
     }
@@ -96,6 +99,7 @@ impl fmt::Display for Status {
             Status::ErrorStaleGenStamp => "ERROR_STALE_GENSTAMP",
             Status::ErrorNoSpace => "ERROR_NO_SPACE",
             Status::ErrorIo => "ERROR_IO",
+            Status::ErrorBusy => "ERROR_BUSY",
         };
         f.write_str(name)
     }

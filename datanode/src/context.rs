@@ -28,6 +28,8 @@ pub(crate) struct NodeContext {
     pub metrics: Arc<Metrics>,
     /// Write-memory batching: memory permits, buffer pool, per-volume flush gates.
     pub buffers: Arc<WriteBuffers>,
+    /// The read-buffer memory budget (`read.buffer.max.bytes`).
+    pub read_memory: crate::read::memory::ReadMemory,
     pub arbiter: ArbiterHandle,
     pub io: tokio::runtime::Handle,
     pub events: Arc<EventQueue>,

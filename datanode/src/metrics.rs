@@ -202,6 +202,10 @@ metrics! {
     bad_frames: Counter = "bad_frames",
     /// Reads refused because the replica carries another generation stamp than the one asked.
     read_stamp_refusals: Counter = "read_stamp_refusals",
+    /// Read-buffer bytes held (read-ahead windows, chunk reply buffers), at most `read.buffer.max.bytes`.
+    read_buffer_bytes: Gauge = "read_buffer_bytes",
+    /// Reads refused with ERROR_BUSY: their buffers did not fit `read.buffer.max.bytes`.
+    reads_busy: Counter = "reads_busy",
     /// Write packets received (heartbeats excluded).
     packets_received: Counter = "packets_received",
     /// Write packets the receiving connection task wrote to the replica itself (a direct

@@ -87,7 +87,13 @@ impl DataNode {
             dataset.volumes().volumes().len(),
             metrics.clone(),
         ));
+        let read_memory = crate::read::memory::ReadMemory::new(
+            cfg.read_buffer_max_bytes.bytes(),
+            metrics.read_buffer_bytes.clone(),
+            metrics.reads_busy.clone(),
+        );
         let ctx = Arc::new(NodeContext {
+            read_memory,
             scope: FailScope::new(data_addr.port(), &node_id.0),
             cfg,
             node_id,

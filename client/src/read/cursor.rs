@@ -8,7 +8,7 @@ use super::buffer::ReadBuffer;
 use super::chunk::ChunkReader;
 use super::stats::ReadStats;
 use super::stream::{BlockStream, Wait};
-use super::{wants_refresh, ReadCtx, MAX_REFRESHES};
+use super::{busy_pause, is_busy, wants_refresh, ReadCtx, MAX_REFRESHES};
 use crate::error::ClientError;
 use sluice_common::config::ReadMode;
 use sluice_common::rpc::{BadReplica, LocatedBlock};
@@ -130,6 +130,13 @@ impl Cursor {
                     self.failed.clear();
                     self.last_error = None;
                     self.source = Source::None;
+                    if is_busy(&e) && self.refreshes < MAX_REFRESHES {
+                        // Every replica was at its read-buffer cap: a new round after a pause.
+                        debug!(error = %e, "every replica busy; trying again");
+                        tokio::time::sleep(busy_pause(self.refreshes)).await;
+                        self.refreshes += 1;
+                        continue;
+                    }
                     return Err(e);
                 }
             }

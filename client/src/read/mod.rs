@@ -93,6 +93,23 @@ pub(crate) fn wants_refresh(e: &ClientError) -> bool {
     }
 }
 
+/// Every replica answered `ERROR_BUSY` (a DataNode at its read-buffer cap): worth trying
+/// again after a pause.
+pub(crate) fn is_busy(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::Datanode {
+            status: Status::ErrorBusy,
+            ..
+        }
+    )
+}
+
+/// The pause before the `attempt`-th (0, 1, …) new round over busy replicas.
+pub(crate) fn busy_pause(attempt: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(100 << attempt.min(4))
+}
+
 /// Locations refreshes per block and read before a refusal is final.
 pub(crate) const MAX_REFRESHES: u32 = 3;
 

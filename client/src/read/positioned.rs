@@ -6,7 +6,7 @@
 
 use super::chunk::ChunkReader;
 use super::cursor;
-use super::{wants_refresh, ReadCtx, MAX_REFRESHES};
+use super::{busy_pause, is_busy, wants_refresh, ReadCtx, MAX_REFRESHES};
 use crate::connection::{chunk_data, message_name, status_error, DnConnection};
 use crate::error::ClientError;
 use sluice_common::config::ReadMode;
@@ -15,8 +15,28 @@ use sluice_common::rpc::LocatedBlock;
 use sluice_common::DatanodeId;
 use tracing::warn;
 
-/// Reads `out.len()` bytes at block offset `bpos` of `lb`, trying each replica in turn.
+/// Reads `out.len()` bytes at block offset `bpos` of `lb`, trying each replica in turn; when
+/// every replica is busy, new rounds after a pause.
 pub(crate) async fn read_range(
+    ctx: &ReadCtx,
+    lb: &LocatedBlock,
+    bpos: u64,
+    out: &mut [u8],
+) -> Result<(), ClientError> {
+    let mut round = 0;
+    loop {
+        match read_range_once(ctx, lb, bpos, out).await {
+            Err(e) if is_busy(&e) && round < MAX_REFRESHES => {
+                tokio::time::sleep(busy_pause(round)).await;
+                round += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// One round of [`read_range`] over the replicas.
+async fn read_range_once(
     ctx: &ReadCtx,
     lb: &LocatedBlock,
     bpos: u64,

@@ -141,6 +141,11 @@ pub struct DatanodeConfig {
     /// the prefetch range, besides reading ahead into buffers.
     #[serde(rename = "read.prefetch.fadvise")]
     pub read_prefetch_fadvise: PrefetchAdvice,
+    /// Node-wide cap on read-buffer memory: the read-ahead windows of streaming reads and the
+    /// reply buffers of chunk reads. A read that does not fit is answered `ERROR_BUSY` at once
+    /// (a stream first gives up its read-ahead); the client tries another replica or later.
+    #[serde(rename = "read.buffer.max.bytes")]
+    pub read_buffer_max_bytes: ByteSize,
 }
 
 /// Whether a streaming read's prefetch also advises the kernel (`posix_fadvise(WILLNEED)`).
@@ -196,6 +201,7 @@ impl Default for DatanodeConfig {
             write_buffer_drop_behind: true,
             read_piece_bytes: ByteSize::mib(1),
             read_prefetch_bytes: ByteSize::mib(8),
+            read_buffer_max_bytes: ByteSize::gib(1),
             read_prefetch_fadvise: PrefetchAdvice::Auto,
         }
     }

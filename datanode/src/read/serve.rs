@@ -10,6 +10,7 @@
 //! the chunk holding `offset` and ends at `min(offset + length, visible length)`. Every
 //! `Chunk` names the block and the replica's generation stamp.
 
+use super::memory::ReadCharge;
 use super::prefetch::Prefetcher;
 use super::range::{payload_len, read_piece_into, Piece};
 use super::reader::{BlockReader, PieceSource, ReaderItem};
@@ -179,6 +180,31 @@ fn ahead_pieces(prefetch: u64, piece: u64) -> usize {
     prefetch.div_ceil(piece.max(1)).min(MAX_AHEAD_PIECES) as usize
 }
 
+/// The read-buffer memory of a stream's window (`read.buffer.max.bytes`): the whole
+/// read-ahead window when it fits, else one piece without read-ahead, else nothing (busy).
+/// Returns the pieces read ahead and the bytes held.
+fn charge_window(ctx: &Ctx, piece: u64, bpc: u64) -> Option<(usize, ReadCharge)> {
+    let per_piece = piece + piece.div_ceil(bpc.max(1)) * 4;
+    let ahead = ahead_pieces(ctx.cfg.read_prefetch_bytes.bytes(), piece);
+    let whole = per_piece.saturating_mul(ahead as u64 + 1);
+    if let Some(c) = ctx.read_memory.try_take_quiet(whole) {
+        return Some((ahead, c));
+    }
+    ctx.read_memory.try_take(per_piece).map(|c| (0, c))
+}
+
+/// The answer to a read whose buffers do not fit `read.buffer.max.bytes`.
+async fn busy(ctx: &Ctx, w: &mut FrameWriter, bytes: u64) -> Result<()> {
+    tracing::warn!(node = %ctx.node_id, bytes, max = %ctx.cfg.read_buffer_max_bytes, "read refused: read.buffer.max.bytes reached");
+    ctx.metrics.op_errors.inc();
+    let msg = format!(
+        "busy: {bytes} bytes of read buffers do not fit read.buffer.max.bytes ({}) now",
+        ctx.cfg.read_buffer_max_bytes
+    );
+    let resp = OpResponse::error(Status::ErrorBusy, msg);
+    wire::respond(w, resp, ctx.socket_timeout()).await
+}
+
 /// Starts the `BlockReader` task for `plan` in pieces of `piece` bytes, with its read window
 /// and kernel advice; returns where its pieces arrive and the task's handle (dropping it stops
 /// the reader).
@@ -186,9 +212,10 @@ fn start_reader(
     ctx: &Ctx,
     plan: ReadPlan,
     piece: u64,
+    ahead: usize,
 ) -> Result<(mpsc::Receiver<ReaderItem>, AbortOnDropHandle<()>)> {
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
-    let window = ReadWindow::new(ahead_pieces(prefetch_bytes, piece));
+    let window = ReadWindow::new(ahead);
     let advise = match ctx.cfg.read_prefetch_fadvise {
         PrefetchAdvice::Off => 0,
         PrefetchAdvice::On | PrefetchAdvice::Auto => prefetch_bytes,
@@ -229,8 +256,11 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     let source = plan.source();
     let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
     let response = plan.response.clone();
+    let Some((ahead, _charge)) = charge_window(ctx, piece, bpc32 as u64) else {
+        return busy(ctx, w, piece).await;
+    };
     // `_reader` lives as long as this op: the reader never outlives the connection.
-    let (mut rx, _reader) = match start_reader(ctx, plan, piece) {
+    let (mut rx, _reader) = match start_reader(ctx, plan, piece, ahead) {
         Ok(r) => r,
         Err(e) => return refuse(ctx, w, &e).await,
     };
@@ -293,16 +323,24 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
 }
 
 /// The reply buffer of one connection's `ReadChunk`s, reused from chunk to chunk: the classic
-/// read pays a request and a disk read per chunk, not a fresh zero-filled allocation.
+/// read pays a request and a disk read per chunk, not a fresh zero-filled allocation. Its
+/// bytes, spare included, are charged to `read.buffer.max.bytes` while the connection lives.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkBuffer {
     spare: Option<BytesMut>,
+    charge: Option<ReadCharge>,
 }
 
 impl ChunkBuffer {
     /// A buffer of `len` bytes: the spare one when there is one (its old contents are
     /// overwritten by the read; only growth past its length is zero-filled), else a new one.
-    fn take(&mut self, ctx: &Ctx, len: usize) -> BytesMut {
+    /// `None` when `len` bytes do not fit the read-buffer budget.
+    fn take(&mut self, ctx: &Ctx, len: usize) -> Option<BytesMut> {
+        if self.charge.as_ref().map_or(0, ReadCharge::bytes) < len as u64 {
+            // Give back what is held first: the bigger charge replaces it.
+            (self.spare, self.charge) = (None, None);
+            self.charge = Some(ctx.read_memory.try_take(len as u64)?);
+        }
         let mut buf = self.spare.take().unwrap_or_else(|| {
             ctx.metrics.chunk_buffers_allocated.inc();
             BytesMut::new()
@@ -312,7 +350,7 @@ impl ChunkBuffer {
         } else {
             buf.resize(len, 0);
         }
-        buf
+        Some(buf)
     }
 
     /// Keeps the piece's buffer for the next chunk, when nothing else shares it.
@@ -349,7 +387,10 @@ pub(crate) async fn read_chunk(
     let (start, response) = (plan.start, plan.response);
     let replica = plan.replica;
     let stored = replica.entry.live.bytes_on_disk();
-    let buf = buffer.take(ctx, payload_len(&replica, len as usize));
+    let want = payload_len(&replica, len as usize);
+    let Some(buf) = buffer.take(ctx, want) else {
+        return busy(ctx, w, want as u64).await;
+    };
     let drop_behind = len > ctx.cfg.read_ahead_cache_threshold.bytes();
     let metrics = ctx.metrics.clone();
     let piece = match ctx

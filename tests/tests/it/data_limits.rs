@@ -2,8 +2,10 @@
 //! write set-ups holding write-buffer permits. Each limit is a config key with a default
 //! checked here, and a test that fails without its mechanism.
 
-use sluice_common::config::{DatanodeConfig, HumanDuration};
-use sluice_common::proto::{BlockStage, Message, Op, PacketHeader, WriteBlockOp, HEARTBEAT_SEQNO};
+use sluice_common::config::{ByteSize, DatanodeConfig, HumanDuration};
+use sluice_common::proto::{
+    BlockStage, Message, Op, PacketHeader, ReadBlockOp, ReadChunkOp, WriteBlockOp, HEARTBEAT_SEQNO,
+};
 use sluice_common::{BlockId, ExtendedBlock, GenerationStamp, Status};
 use sluice_tests::raw::RawConn;
 use sluice_tests::{random_bytes, read_all, wait_until, with_timeout, write_all, MiniCluster};
@@ -20,6 +22,7 @@ fn the_data_port_limits_have_their_documented_defaults() {
     assert_eq!(d.data_connections_per_peer_max, 1024);
     assert_eq!(d.write_setup_idle_timeout, HumanDuration::secs(10));
     assert_eq!(d.max_transfer_threads, 4096);
+    assert_eq!(d.read_buffer_max_bytes, ByteSize::gib(1));
 }
 
 /// A connection to `to` from the local address `from` (any 127.x address is this host's).
@@ -167,6 +170,95 @@ async fn an_idle_write_set_up_gives_its_write_buffer_back() {
         write_all(&fs, "/w", &data, opts, 100_000).await.unwrap();
         assert!(read_all(&fs, "/w").await.unwrap() == data);
         assert_eq!(dn.metrics().idle_setups_closed.get(), 1);
+        c.shutdown().await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_past_the_read_buffer_cap_are_answered_busy_and_the_client_waits_them_out() {
+    with_timeout(LIMIT, "read buffer cap", async {
+        sluice_tests::init_logging();
+        // Room for two one-piece windows (1 MiB pieces), not for a third nor for read-ahead.
+        let c = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .block_size(8 << 20)
+            .configure_datanodes(|_, d| d.read_buffer_max_bytes = ByteSize::kib(2560))
+            .start()
+            .await
+            .unwrap();
+        c.wait_live(1).await.unwrap();
+        let fs = c.client().await.unwrap();
+        let data = random_bytes(6 << 20, 53);
+        let opts = sluice_client::WriteOptions {
+            replication: Some(1),
+            ..Default::default()
+        };
+        write_all(&fs, "/big", &data, opts, 1 << 20).await.unwrap();
+        let lb = fs.get_block_locations("/big").await.unwrap().blocks[0].clone();
+        let dn = c.datanode(0).unwrap();
+        let addr = dn.data_addr().to_string();
+        let read = Op::ReadBlock(ReadBlockOp {
+            block: lb.block,
+            offset: 0,
+            length: u64::MAX,
+            piece_size: 0,
+        });
+        // Two streams that stop reading hold their windows.
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut conn = RawConn::connect(&addr)
+                .await
+                .unwrap()
+                .with_token(lb.token.clone());
+            conn.send_op(read.clone()).await.unwrap();
+            assert_eq!(conn.op_response().await.unwrap().status, Status::Success);
+            held.push(conn);
+        }
+        let gauge = || dn.metrics().read_buffer_bytes.get();
+        assert!(gauge() > 2 << 20, "{}", gauge());
+        // A third stream and a 1 MiB chunk read are refused at once with ERROR_BUSY.
+        let chunk = Op::ReadChunk(ReadChunkOp {
+            block: lb.block,
+            offset: 0,
+            length: 1 << 20,
+        });
+        for op in [read.clone(), chunk] {
+            let mut conn = RawConn::connect(&addr)
+                .await
+                .unwrap()
+                .with_token(lb.token.clone());
+            conn.send_op(op).await.unwrap();
+            let r = tokio::time::timeout(Duration::from_secs(5), conn.op_response())
+                .await
+                .expect("answered at once, not stalled")
+                .unwrap();
+            assert_eq!(r.status, Status::ErrorBusy, "{r:?}");
+            assert!(r.message.contains("read.buffer.max.bytes"), "{}", r.message);
+        }
+        let busy = dn.metrics().reads_busy.get();
+        assert!(busy >= 2, "{busy}");
+        // A client read meets a busy DataNode, waits, and completes once the streams go.
+        let reader = {
+            let fs = c.client().await.unwrap();
+            tokio::spawn(async move { read_all(&fs, "/big").await.unwrap() })
+        };
+        wait_until(
+            Duration::from_secs(10),
+            "the client met ERROR_BUSY",
+            || async { dn.metrics().reads_busy.get() > busy },
+        )
+        .await;
+        drop(held);
+        let got = reader.await.unwrap();
+        assert!(got == data, "bytes differ");
+        wait_until(
+            Duration::from_secs(10),
+            "read buffers given back",
+            || async { gauge() == 0 },
+        )
+        .await;
         c.shutdown().await;
     })
     .await
