@@ -34,6 +34,7 @@ pub mod http_limits;
 pub(crate) mod ids;
 #[cfg(feature = "telemetry")]
 pub mod metrics;
+pub mod peer_limit;
 pub mod proto;
 pub mod ready;
 pub mod rpc;

@@ -96,6 +96,10 @@ pub struct MetadataConfig {
     /// closed at once.
     #[serde(rename = "rpc.connections.max")]
     pub rpc_connections_max: u32,
+    /// Most RPC connections one peer address (IP) may hold at once; more are closed at once,
+    /// so that one host cannot take every `rpc.connections.max` slot.
+    #[serde(rename = "rpc.connections.per-peer.max")]
+    pub rpc_connections_per_peer_max: u32,
     /// An RPC connection that reads and writes nothing for this long, or takes longer than this
     /// to send one frame, is closed (clients dial again on their next call).
     #[serde(rename = "rpc.idle.timeout")]
@@ -159,6 +163,7 @@ impl Default for MetadataConfig {
             rpc_max_frame: ByteSize::mib(4),
             rpc_datanode_max_frame: ByteSize::mib(256),
             rpc_connections_max: 4096,
+            rpc_connections_per_peer_max: 1024,
             rpc_idle_timeout: HumanDuration::secs(60),
             group_commit: true,
             block_token_enable: true,
@@ -288,6 +293,13 @@ impl MetadataConfig {
                     "must be between 64KiB and 256MiB",
                 ));
             }
+        }
+        if self.rpc_connections_per_peer_max == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.rpc.connections.per-peer.max",
+                0,
+                "must be at least 1",
+            ));
         }
         if self.rpc_connections_max == 0 {
             return Err(ConfigError::invalid(

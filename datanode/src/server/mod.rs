@@ -7,7 +7,6 @@
 
 pub(crate) mod access;
 mod connection;
-mod peers;
 
 use crate::context::Ctx;
 use crate::metrics::GaugeGuard;
@@ -20,7 +19,8 @@ use tracing::Instrument;
 /// Accepts connections until `shutdown` (or `kill`) is cancelled.
 pub(crate) async fn run(ctx: Ctx, listener: TcpListener, tracker: TaskTracker) {
     let slots = Arc::new(Semaphore::new(ctx.cfg.max_transfer_threads as usize));
-    let peers = peers::PeerCounts::new(ctx.cfg.data_connections_per_peer_max as usize);
+    let peers =
+        sluice_common::peer_limit::PeerCounts::new(ctx.cfg.data_connections_per_peer_max as usize);
     loop {
         let permit = tokio::select! {
             _ = ctx.shutdown.cancelled() => break,

@@ -6,7 +6,8 @@
 //! `max_concurrent_requests`: more are answered with an error).
 //!
 //! Every connection is bounded (`docs/security.md`): at most `rpc.connections.max` are open at
-//! once (more are closed at accept); the preamble must come within [`PREAMBLE_TIMEOUT`]; then
+//! once, at most `rpc.connections.per-peer.max` from one peer address (more are closed at
+//! accept); the preamble must come within [`PREAMBLE_TIMEOUT`]; then
 //! the socket is a guarded [`RpcStream`]: an inbound frame longer than `rpc.max.frame.bytes`
 //! (`rpc.datanode.max.frame.bytes` for DataNodes) closes the connection from its prefix, and a
 //! connection silent, or slower than one frame per `rpc.idle.timeout`, is closed.
@@ -20,6 +21,7 @@ pub use datanode::DatanodeService;
 use crate::service::Shared;
 use futures::{Stream, StreamExt};
 use sluice_common::config::MetadataConfig;
+use sluice_common::peer_limit::PeerCounts;
 use sluice_common::rpc::{
     transport, ClientProtocol, DatanodeProtocol, CLIENT_PREAMBLE, DATANODE_PREAMBLE, MAX_RPC_FRAME,
 };
@@ -58,6 +60,8 @@ pub struct RpcLimits {
     pub inflight: usize,
     /// Connections open at once (`rpc.connections.max`).
     pub connections: usize,
+    /// Connections open at once from one peer address (`rpc.connections.per-peer.max`).
+    pub connections_per_peer: usize,
     /// Largest client-protocol frame (`rpc.max.frame.bytes`).
     pub max_frame: usize,
     /// Largest DataNode-protocol frame (`rpc.datanode.max.frame.bytes`).
@@ -72,6 +76,7 @@ impl RpcLimits {
         RpcLimits {
             inflight: cfg.rpc_inflight_max as usize,
             connections: cfg.rpc_connections_max as usize,
+            connections_per_peer: cfg.rpc_connections_per_peer_max as usize,
             max_frame: cfg.rpc_max_frame.as_usize(),
             datanode_max_frame: cfg.rpc_datanode_max_frame.as_usize(),
             idle: cfg.rpc_idle_timeout.get(),
@@ -101,6 +106,7 @@ pub async fn serve(
         },
     };
     let slots = Arc::new(Semaphore::new(limits.connections));
+    let peers = PeerCounts::new(limits.connections_per_peer);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -114,6 +120,12 @@ pub async fn serve(
                     drop(stream);
                     continue;
                 };
+                let Some(held) = peers.admit(peer.ip()) else {
+                    tracing::warn!(%peer, max = limits.connections_per_peer,
+                        "rpc connection refused: rpc.connections.per-peer.max reached for this peer");
+                    drop(stream);
+                    continue;
+                };
                 let conn = connection(
                     stream,
                     peer,
@@ -124,6 +136,7 @@ pub async fn serve(
                 );
                 tracker.spawn(async move {
                     conn.await;
+                    drop(held);
                     drop(slot);
                 });
             }

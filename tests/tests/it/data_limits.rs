@@ -1,6 +1,7 @@
-//! Bounded resources on a DataNode's data port (issue 11): connections per peer address, idle
-//! write set-ups holding write-buffer permits. Each limit is a config key with a default
-//! checked here, and a test that fails without its mechanism.
+//! Bounded resources (issue 11) on a DataNode's data port — connections per peer address, idle
+//! write set-ups holding write-buffer permits, read-buffer memory — and connections per peer
+//! on the metadata RPC port. Each limit is a config key with a default checked here, and a
+//! test that fails without its mechanism.
 
 use sluice_common::config::{ByteSize, DatanodeConfig, HumanDuration};
 use sluice_common::proto::{
@@ -23,6 +24,9 @@ fn the_data_port_limits_have_their_documented_defaults() {
     assert_eq!(d.write_setup_idle_timeout, HumanDuration::secs(10));
     assert_eq!(d.max_transfer_threads, 4096);
     assert_eq!(d.read_buffer_max_bytes, ByteSize::gib(1));
+    let m = sluice_common::config::MetadataConfig::default();
+    assert_eq!(m.rpc_connections_per_peer_max, 1024);
+    assert_eq!(m.rpc_connections_max, 4096);
 }
 
 /// A connection to `to` from the local address `from` (any 127.x address is this host's).
@@ -257,6 +261,67 @@ async fn reads_past_the_read_buffer_cap_are_answered_busy_and_the_client_waits_t
             Duration::from_secs(10),
             "read buffers given back",
             || async { gauge() == 0 },
+        )
+        .await;
+        c.shutdown().await;
+    })
+    .await
+}
+
+/// A client-protocol connection from `from`: the preamble sent; true when the service echoed it
+/// (admitted), false when it closed the connection.
+async fn rpc_admitted(from: [u8; 4], to: SocketAddr, keep: &mut Vec<TcpStream>) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let mut s = connect_from(from, to).await;
+    if s.write_all(&sluice_common::rpc::CLIENT_PREAMBLE)
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut echo = [0u8; 4];
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo)).await;
+    let ok = matches!(r, Ok(Ok(_))) && echo == sluice_common::rpc::CLIENT_PREAMBLE;
+    keep.push(s);
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_holds_at_most_its_share_of_the_metadata_rpc_port() {
+    with_timeout(LIMIT, "rpc per-peer connections", async {
+        sluice_tests::init_logging();
+        let c = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .configure_metadata(|m| m.rpc_connections_per_peer_max = 3)
+            .start()
+            .await
+            .unwrap();
+        c.wait_live(1).await.unwrap();
+        let addr = c.metadata_addr();
+        let mut held = Vec::new();
+        for i in 0..3 {
+            assert!(
+                rpc_admitted([127, 0, 0, 2], addr, &mut held).await,
+                "connection {i}"
+            );
+        }
+        assert!(
+            !rpc_admitted([127, 0, 0, 2], addr, &mut held).await,
+            "a fourth from the same peer is closed"
+        );
+        // Another peer (the client and the DataNode on 127.0.0.1) is not affected.
+        let fs = c.client().await.unwrap();
+        fs.mkdirs("/rpc-peer", true).await.unwrap();
+        // A closed connection gives its place back.
+        held.clear();
+        wait_until(
+            Duration::from_secs(10),
+            "the place is given back",
+            || async {
+                let mut keep = Vec::new();
+                rpc_admitted([127, 0, 0, 2], addr, &mut keep).await
+            },
         )
         .await;
         c.shutdown().await;

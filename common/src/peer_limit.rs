@@ -1,5 +1,6 @@
-//! Connections per peer address on the data port (`data.connections.per-peer.max`): a count
-//! per IP, taken at accept and given back when the connection ends.
+//! Connections per peer address, for the services' accept loops (the DataNode's
+//! `data.connections.per-peer.max`, the metadata service's `rpc.connections.per-peer.max`): a
+//! count per IP, taken at accept and given back when the connection ends.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -7,21 +8,21 @@ use std::sync::{Arc, Mutex};
 
 /// The open connections of each peer address.
 #[derive(Debug, Clone)]
-pub(crate) struct PeerCounts {
+pub struct PeerCounts {
     max: usize,
     open: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 /// One admitted connection; dropping it gives its place back.
 #[derive(Debug)]
-pub(crate) struct PeerSlot {
+pub struct PeerSlot {
     ip: IpAddr,
     open: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 impl PeerCounts {
     /// At most `max` connections per peer address.
-    pub(crate) fn new(max: usize) -> PeerCounts {
+    pub fn new(max: usize) -> PeerCounts {
         PeerCounts {
             max,
             open: Arc::default(),
@@ -29,7 +30,7 @@ impl PeerCounts {
     }
 
     /// A place for one more connection from `ip`; `None` when it holds `max` already.
-    pub(crate) fn admit(&self, ip: IpAddr) -> Option<PeerSlot> {
+    pub fn admit(&self, ip: IpAddr) -> Option<PeerSlot> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let n = open.entry(ip).or_insert(0);
         if *n >= self.max {
