@@ -211,6 +211,9 @@ metrics! {
     /// Write packets the receiving connection task wrote to the replica itself (a direct
     /// sink's page-cache write), without the hand-off to the writer actor and the blocking pool.
     packets_written_inline: Counter = "packets_written_inline",
+    /// Write packets a buffered replica writer copied into its buffer on the actor's own
+    /// thread (room left, no flush), without the round trip through the blocking pool.
+    packets_buffered_on_actor: Counter = "packets_buffered_on_actor",
     /// Heartbeat packets received.
     heartbeat_packets: Counter = "heartbeat_packets",
     /// Packets whose checksums did not match.

@@ -392,6 +392,11 @@ impl ReplicaSink for BufferedSink {
         self.len > 0 || !self.sums.is_empty()
     }
 
+    fn writes_in_memory(&self, len: usize) -> bool {
+        // A copy into the buffer that leaves room: no flush before or after it.
+        !self.released && len < self.room()
+    }
+
     fn is_buffered(&self) -> bool {
         true
     }

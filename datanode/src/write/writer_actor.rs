@@ -55,15 +55,21 @@ pub struct Flush;
 /// A writer's state, shared by its actor and the receiver's inline writes.
 pub type SharedCore = Arc<Mutex<WriterCore>>;
 
-/// Writes `m` on the caller's thread when that is only a memory copy: no hsync, a sink whose
-/// write goes to the page cache ([`WriterCore::writes_in_memory`]), the state not busy with
-/// an actor job. `None`: send it to the actor. Never waits for the lock.
+/// Writes `m` on the receiver's thread when that is only a copy into the page cache: no
+/// hsync, an unbuffered sink ([`WriterCore::writes_in_memory`]; a buffered writer's packets go
+/// to the actor, whose idle-flush timer must see each), the state not busy with an actor job.
+/// `None`: send it to the actor. Never waits for the lock.
 pub fn write_inline(state: &SharedCore, m: &WritePacket) -> Option<Result<()>> {
-    if m.sync {
+    let mut s = state.try_lock().ok()?;
+    if s.is_buffered() {
         return None;
     }
-    let mut s = state.try_lock().ok()?;
-    if !s.writes_in_memory(m.data.len()) {
+    in_memory(&mut s, m)
+}
+
+/// `m` written at once when that is a memory copy only; `None` otherwise.
+fn in_memory(s: &mut WriterCore, m: &WritePacket) -> Option<Result<()>> {
+    if m.sync || !s.writes_in_memory(m.data.len()) {
         return None;
     }
     Some(s.write_packet(m.offset, &m.data, &m.checksums, false))
@@ -195,6 +201,17 @@ impl Handler<WritePacket> for ReplicaWriter {
 
     fn handle(&mut self, m: WritePacket, ctx: &mut Self::Context) -> Self::Result {
         self.on_packet(ctx);
+        // A copy into the write buffer that leaves room is done here, on the actor's thread:
+        // a round trip through the blocking pool costs more than the copy.
+        let done = self
+            .state
+            .try_lock()
+            .ok()
+            .and_then(|mut s| in_memory(&mut s, &m));
+        if let Some(res) = done {
+            self.metrics.packets_buffered_on_actor.inc();
+            return AtomicResponse::new(Box::pin(actix::fut::ready(res)));
+        }
         self.run(move |s| s.write_packet(m.offset, &m.data, &m.checksums, m.sync))
     }
 }

@@ -95,7 +95,14 @@ async fn three_node_pipeline_with_hflush_overlap_and_sync_reads_back_everywhere(
                 "every packet but the hsync one inline"
             );
         }
-        assert_eq!(n3.dn().metrics().packets_written_inline.get(), 0);
+        let m3 = n3.dn().metrics();
+        assert_eq!(m3.packets_written_inline.get(), 0);
+        // The buffered one copied them into its buffer on the actor's thread (the hsync packet
+        // and the finalize still go to the blocking pool).
+        assert_eq!(
+            m3.packets_buffered_on_actor.get(),
+            m3.packets_received.get() - 1
+        );
     })
     .await
 }
