@@ -1,6 +1,7 @@
 //! What bounds a connection on the services' HTTP ports (metadata 9870, DataNode 9864):
-//! [`HttpLimits`] from the `http.*` keys, and [`serve_bounded`], which ends a request body that
-//! stops coming.
+//! [`HttpLimits`] from the `http.*` keys; [`serve_bounded`], which ends a request body that
+//! stops coming; and [`count_peers`], which holds one peer address to its share of the
+//! connections (`http.connections.per-peer.max`).
 //!
 //! actix-web bounds the request head (`client_request_timeout`: a slowloris header trickle is
 //! answered 408 and closed), idle keep-alive connections and the connections open at once; it
@@ -10,13 +11,17 @@
 //! closed). Only the gap between bytes is bounded, never the whole body: WebHDFS CREATE and
 //! APPEND stream files of any size.
 
+use crate::peer_limit::{PeerCounts, PeerSlot};
 use actix_web::body::{BodySize, BoxBody, MessageBody};
+use actix_web::dev::Extensions;
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse};
 use actix_web::error::PayloadError;
 use actix_web::http::ConnectionType;
-use actix_web::HttpMessage;
+use actix_web::{HttpMessage, HttpResponse};
 use bytes::Bytes;
+use futures::future::Either;
 use futures::Stream;
+use std::any::Any;
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,6 +41,33 @@ pub struct HttpLimits {
     pub body_idle: Duration,
     /// Connections open at once (the server runs one worker).
     pub connections: usize,
+    /// Connections one peer address (IP) may hold at once.
+    pub per_peer: usize,
+}
+
+/// What the `on_connect` hook of [`count_peers`] decided for one connection, kept with it (its
+/// place in the count is given back when the connection ends).
+#[derive(Debug)]
+pub struct PeerAdmission(Option<PeerSlot>);
+
+/// An `HttpServer::on_connect` hook counting each connection against its peer address's share
+/// of `counts`. A connection past the share is answered `503 Service Unavailable` on its first
+/// request and closed by [`serve_bounded`] (one that sends no request is closed by
+/// `http.request.timeout`), so one host cannot hold every `http.connections.max` slot.
+pub fn count_peers(counts: PeerCounts) -> impl Fn(&dyn Any, &mut Extensions) + Send + Sync {
+    move |conn, ext| {
+        let Some(stream) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else {
+            return; // not plain TCP: nothing to count by
+        };
+        let Ok(peer) = stream.peer_addr() else {
+            return; // already gone
+        };
+        let slot = counts.admit(peer.ip());
+        if slot.is_none() {
+            tracing::warn!(peer = %peer, "HTTP connection past its peer's share closed (http.connections.per-peer.max)");
+        }
+        ext.insert(PeerAdmission(slot));
+    }
 }
 
 /// Calls `srv` with `req`'s body bounded by `idle` between bytes; a request whose body stalled
@@ -50,9 +82,15 @@ where
     S::Future: 'static,
     B: MessageBody + 'static,
 {
+    if matches!(req.conn_data::<PeerAdmission>(), Some(PeerAdmission(None))) {
+        let mut res = HttpResponse::ServiceUnavailable()
+            .body("too many connections from this address (http.connections.per-peer.max)");
+        res.head_mut().set_connection_type(ConnectionType::Close);
+        return Either::Left(std::future::ready(Ok(req.into_response(res))));
+    }
     let stalled = bound_body(&mut req, idle);
     let call = srv.call(req);
-    async move {
+    Either::Right(async move {
         let res = call.await?.map_into_boxed_body();
         let held = stalled.borrow_mut().take();
         Ok(match held {
@@ -64,7 +102,7 @@ where
                 BoxBody::new(HeldBody { body, _held: held })
             }),
         })
-    }
+    })
 }
 
 /// An answer's body, holding the unfinished request body it answers until it is sent.

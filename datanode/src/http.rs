@@ -7,7 +7,8 @@ use crate::context::Ctx;
 use crate::metrics::VolumeLabel;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde::Serialize;
-use sluice_common::http_limits::{serve_bounded, HttpLimits};
+use sluice_common::http_limits::{count_peers, serve_bounded, HttpLimits};
+use sluice_common::peer_limit::PeerCounts;
 use std::collections::BTreeMap;
 
 #[derive(Serialize)]
@@ -106,6 +107,7 @@ pub(crate) fn server(
         keep_alive: cfg.http_keep_alive_timeout.get(),
         body_idle: cfg.http_body_idle_timeout.get(),
         connections: cfg.http_connections_max as usize,
+        per_peer: cfg.http_connections_per_peer_max as usize,
     };
     let gateway = web::Data::new(crate::webhdfs::Gateway::new(ctx.clone()));
     let data = web::Data::new(ctx);
@@ -124,6 +126,7 @@ pub(crate) fn server(
     .client_disconnect_timeout(std::time::Duration::from_secs(1))
     .keep_alive(limits.keep_alive)
     .max_connections(limits.connections)
+    .on_connect(count_peers(PeerCounts::new(limits.per_peer)))
     .disable_signals()
     .shutdown_timeout(1)
     .listen(listener)?

@@ -12,7 +12,8 @@ use crate::service::Shared;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde::Serialize;
 use sluice_common::config::MetadataConfig;
-use sluice_common::http_limits::{serve_bounded, HttpLimits};
+use sluice_common::http_limits::{count_peers, serve_bounded, HttpLimits};
+use sluice_common::peer_limit::PeerCounts;
 use sluice_common::rpc::ClusterReport;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ pub fn limits(cfg: &MetadataConfig) -> HttpLimits {
         keep_alive: cfg.http_keep_alive_timeout.get(),
         body_idle: cfg.http_body_idle_timeout.get(),
         connections: cfg.http_connections_max as usize,
+        per_peer: cfg.http_connections_per_peer_max as usize,
     }
 }
 
@@ -52,6 +54,7 @@ pub fn server(
     .client_disconnect_timeout(Duration::from_secs(1))
     .keep_alive(limits.keep_alive)
     .max_connections(limits.connections)
+    .on_connect(count_peers(PeerCounts::new(limits.per_peer)))
     .disable_signals()
     .shutdown_timeout(1)
     .shutdown_signal(shutdown.cancelled_owned())

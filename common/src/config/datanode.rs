@@ -34,6 +34,10 @@ pub struct DatanodeConfig {
     /// HTTP connections open at once; more wait in the listen backlog.
     #[serde(rename = "http.connections.max")]
     pub http_connections_max: u32,
+    /// HTTP connections one peer address (IP) may hold at once; one more is answered 503 on
+    /// its first request and closed.
+    #[serde(rename = "http.connections.per-peer.max")]
+    pub http_connections_per_peer_max: u32,
     /// Host name or address registered with the metadata service, which hands it to clients
     /// and peers. Empty: `bind.host` if it is a specific address, else this machine's host name.
     /// `@ip`: this machine's IP address, found by the DataNode at start (for containers).
@@ -172,6 +176,7 @@ impl Default for DatanodeConfig {
             http_keep_alive_timeout: HumanDuration::secs(5),
             http_body_idle_timeout: HumanDuration::secs(60),
             http_connections_max: 1024,
+            http_connections_per_peer_max: 256,
             advertised_host: String::new(),
             advertised_port: 0,
             data_dirs: PathList(vec!["./sluice-data/datanode".into()]),
@@ -263,6 +268,13 @@ impl DatanodeConfig {
         if self.http_connections_max == 0 {
             return Err(ConfigError::invalid(
                 "datanode.http.connections.max",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.http_connections_per_peer_max == 0 {
+            return Err(ConfigError::invalid(
+                "datanode.http.connections.per-peer.max",
                 0,
                 "must be at least 1",
             ));

@@ -32,6 +32,10 @@ pub struct MetadataConfig {
     /// HTTP connections open at once; more wait in the listen backlog.
     #[serde(rename = "http.connections.max")]
     pub http_connections_max: u32,
+    /// HTTP connections one peer address (IP) may hold at once; one more is answered 503 on
+    /// its first request and closed.
+    #[serde(rename = "http.connections.per-peer.max")]
+    pub http_connections_per_peer_max: u32,
     /// Directory of the namespace store.
     #[serde(rename = "data.dir")]
     pub data_dir: PathBuf,
@@ -144,6 +148,7 @@ impl Default for MetadataConfig {
             http_keep_alive_timeout: HumanDuration::secs(5),
             http_body_idle_timeout: HumanDuration::secs(60),
             http_connections_max: 1024,
+            http_connections_per_peer_max: 256,
             data_dir: PathBuf::from("./sluice-data/metadata"),
             default_replication: 3,
             min_replication: 1,
@@ -196,6 +201,13 @@ impl MetadataConfig {
         if self.http_connections_max == 0 {
             return Err(ConfigError::invalid(
                 "metadata.http.connections.max",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.http_connections_per_peer_max == 0 {
+            return Err(ConfigError::invalid(
+                "metadata.http.connections.per-peer.max",
                 0,
                 "must be at least 1",
             ));

@@ -328,3 +328,85 @@ async fn one_peer_holds_at_most_its_share_of_the_metadata_rpc_port() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_holds_at_most_its_share_of_each_http_port() {
+    with_timeout(LIMIT, "http per-peer connections", async {
+        sluice_tests::init_logging();
+        assert_eq!(DatanodeConfig::default().http_connections_per_peer_max, 256);
+        let meta_default = sluice_common::config::MetadataConfig::default();
+        assert_eq!(meta_default.http_connections_per_peer_max, 256);
+        let c = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .configure_metadata(|m| m.http_connections_per_peer_max = 3)
+            .configure_datanodes(|_, d| d.http_connections_per_peer_max = 3)
+            .start()
+            .await
+            .unwrap();
+        c.wait_live(1).await.unwrap();
+        let ports = [
+            ("metadata", c.metadata_http_addr().unwrap()),
+            ("datanode", c.datanode(0).unwrap().http_addr()),
+        ];
+        for (name, addr) in ports {
+            let mut held = Vec::new();
+            for i in 0..3 {
+                let status = http_status([127, 0, 0, 2], addr, &mut held).await;
+                assert_eq!(status.as_deref(), Some("200"), "{name}: connection {i}");
+            }
+            let status = http_status([127, 0, 0, 2], addr, &mut held).await;
+            assert_eq!(
+                status.as_deref(),
+                Some("503"),
+                "{name}: a fourth from the same peer is refused"
+            );
+            // The refused connection is closed after its answer.
+            let mut rest = Vec::new();
+            let closed = tokio::time::timeout(
+                Duration::from_secs(5),
+                held.last_mut().unwrap().read_to_end(&mut rest),
+            )
+            .await;
+            assert!(closed.is_ok(), "{name}: the refused connection is closed");
+            // Another peer is not affected.
+            let mut other = Vec::new();
+            let status = http_status([127, 0, 0, 3], addr, &mut other).await;
+            assert_eq!(status.as_deref(), Some("200"), "{name}: another peer");
+            // Closed connections give their places back.
+            held.clear();
+            wait_until(Duration::from_secs(10), "places given back", || async {
+                let mut keep = Vec::new();
+                http_status([127, 0, 0, 2], addr, &mut keep)
+                    .await
+                    .as_deref()
+                    == Some("200")
+            })
+            .await;
+        }
+        c.shutdown().await;
+    })
+    .await
+}
+
+/// `GET /health` on a connection from `from`; the status code of the answer (the connection
+/// kept in `keep`), `None` if the connection closed first.
+async fn http_status(from: [u8; 4], to: SocketAddr, keep: &mut Vec<TcpStream>) -> Option<String> {
+    use tokio::io::AsyncWriteExt;
+    let mut s = connect_from(from, to).await;
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: sluice\r\n\r\n")
+        .await
+        .ok()?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") {
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte)).await;
+        if !matches!(r, Ok(Ok(_))) {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    keep.push(s);
+    let line = String::from_utf8_lossy(&head).to_string();
+    line.split_whitespace().nth(1).map(str::to_string)
+}
