@@ -36,11 +36,19 @@ pub const ACK_TIMEOUT_EXTENSION: Duration = Duration::from_secs(5);
 /// longer than the one below it, so when a DataNode stalls, the DataNode just above it is the
 /// first to give up and names it in its ack; the nodes above, and the client, then see that
 /// ack instead of timing out themselves and blaming the wrong node.
+///
+/// The extension stops growing past [`ACK_TIMEOUT_MAX_EXTENSIONS`] DataNodes: a set-up naming
+/// `replication.max` (512) targets must not hold a connection for most of an hour (20,000
+/// targets once meant 28 hours). Pipelines the metadata service builds are far shorter.
 pub fn ack_timeout(socket_timeout: Duration, downstream: usize) -> Duration {
     let step = ACK_TIMEOUT_EXTENSION.min(socket_timeout / 4);
-    socket_timeout
-        .saturating_add(step.saturating_mul(u32::try_from(downstream).unwrap_or(u32::MAX)))
+    let hops = downstream.min(ACK_TIMEOUT_MAX_EXTENSIONS) as u32;
+    socket_timeout.saturating_add(step.saturating_mul(hops))
 }
+
+/// The most DataNodes further down that extend [`ack_timeout`] (the metadata service's own
+/// `replication.max` default): with the default 60 s socket timeout no wait exceeds 140 s.
+pub const ACK_TIMEOUT_MAX_EXTENSIONS: usize = 16;
 
 /// Every header that travels in a data-transfer frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -360,5 +368,10 @@ mod tests {
         let t = Duration::from_secs(2);
         assert_eq!(ack_timeout(t, 3), Duration::from_millis(3500));
         assert!(ack_timeout(t, usize::MAX) >= t);
+        // Capped: a hostile set-up naming hundreds of targets waits no longer than 16 hops.
+        let t = Duration::from_secs(60);
+        assert_eq!(ack_timeout(t, 16), Duration::from_secs(140));
+        assert_eq!(ack_timeout(t, 512), Duration::from_secs(140));
+        assert_eq!(ack_timeout(t, usize::MAX), Duration::from_secs(140));
     }
 }
