@@ -1,6 +1,12 @@
 //! `sluice-metadata`: runs the metadata service until SIGINT or SIGTERM (see
 //! [`sluice_metadata::command`]).
 
+/// mimalloc keeps freed pages for reuse: with glibc every 1 MiB read piece and packet buffer
+/// came back from the kernel zero-filled and went back to it (page faults and TLB shootdowns
+/// between the runtime threads; docs/benchmarks.md, "allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     sluice_metadata::command::main(std::env::args_os())
 }
