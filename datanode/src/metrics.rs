@@ -242,6 +242,9 @@ metrics! {
     pieces_sent: Counter = "pieces_sent",
     /// ReadBlock pieces read from disk (with prefetch, ahead of the one on the wire).
     stream_pieces_read: Counter = "stream_pieces_read",
+    /// ReadBlock pieces found whole in the page cache and read on the connection's own task
+    /// (`preadv2(RWF_NOWAIT)`), without the reader task and its blocking-pool read.
+    stream_pieces_cached: Counter = "stream_pieces_cached",
     /// ReadChunk chunks sent.
     chunks_sent: Counter = "chunks_sent",
     /// ReadChunk reply buffers allocated (one per connection: reused from chunk to chunk).

@@ -102,6 +102,35 @@ pub(crate) fn fadvise(file: &File, off: u64, len: u64, advice: Advice) {
     }
 }
 
+/// Fills `buf` from `file` at `pos` only from the page cache (`preadv2(RWF_NOWAIT)`): `true`
+/// when every byte was there, `false` when the read would have waited for the disk (or the
+/// file ended, or the file system does not take the flag) — the caller then reads the
+/// ordinary, blocking way, which names any real error. Never blocks on the disk, so it may
+/// run on a runtime thread.
+pub(crate) fn pread_cached(file: &File, buf: &mut [u8], pos: u64) -> bool {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let Ok(at) = libc::off_t::try_from(pos + done as u64) else {
+            return false;
+        };
+        let rest = &mut buf[done..];
+        let iov = libc::iovec {
+            iov_base: rest.as_mut_ptr().cast(),
+            iov_len: rest.len(),
+        };
+        // SAFETY: the fd is valid for the life of `file`; the iovec points into `rest`, which
+        // is borrowed mutably for the call and holds `iov_len` bytes.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return false,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Bytes of `[0, len)` of `file` resident in the page cache (`mincore` over a read-only
 /// mapping), counted in pages; for tests that check what a read brought in from disk.
 #[cfg(test)]
@@ -252,5 +281,34 @@ pub(crate) mod record {
     /// The directories fsynced by this thread since the last call.
     pub(crate) fn take() -> Vec<PathBuf> {
         SYNCED.with(|s| std::mem::take(&mut *s.borrow_mut()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_cached_read_fills_the_buffer_or_says_it_would_wait() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let file = f.as_file();
+        let mut buf = vec![0u8; 8192];
+        assert!(pread_cached(file, &mut buf, 4096), "just written: cached");
+        assert_eq!(buf, data[4096..4096 + 8192]);
+        let mut past = vec![0u8; 8192];
+        assert!(
+            !pread_cached(file, &mut past, 60 * 1024),
+            "a read past the end is left to the blocking read, which names the error"
+        );
+        file.sync_data().unwrap();
+        fadvise(file, 0, 0, Advice::DontNeed);
+        let resident = resident_bytes(file, data.len() as u64).unwrap();
+        if resident.iter().all(|r| !r) {
+            // Where the file system drops pages (not tmpfs), nothing is read from the disk.
+            assert!(!pread_cached(file, &mut buf, 4096), "evicted: would wait");
+        }
     }
 }

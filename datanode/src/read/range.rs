@@ -119,6 +119,39 @@ pub fn read_piece_into(
 }
 
 /// True if the stored checksum of the chunk `[chunk_start, stored_end)` matches its bytes.
+/// [`read_piece_into`] from the page cache only: `Ok(piece)` when the data and its checksums
+/// were all cached ([`crate::sys::pread_cached`]), else the buffer back, untouched as far as
+/// the caller is concerned, for the blocking read. A piece whose last chunk is partial and
+/// stored longer (its checksum recomputed from a second read) is always left to the blocking
+/// read.
+pub fn read_piece_cached(
+    r: &ReadReplica,
+    start: u64,
+    len: usize,
+    stored_len: u64,
+    mut buf: BytesMut,
+) -> std::result::Result<Piece, BytesMut> {
+    let bpc32 = r.entry.bytes_per_checksum;
+    let bpc = bpc32 as u64;
+    let end = start + len as u64;
+    if bpc == 0 || !start.is_multiple_of(bpc) || (!end.is_multiple_of(bpc) && end < stored_len) {
+        return Err(buf);
+    }
+    let sums_len = checksum::checksum_len(len, bpc32);
+    buf.resize(sums_len + len, 0);
+    let (sums, data) = buf.split_at_mut(sums_len);
+    if !crate::sys::pread_cached(&r.block, data, start)
+        || !crate::sys::pread_cached(&r.meta, sums, MetaHeader::checksum_pos(start / bpc))
+    {
+        return Err(buf);
+    }
+    Ok(Piece {
+        offset: start,
+        payload: buf.freeze(),
+        sums_len,
+    })
+}
+
 fn stored_chunk_ok(
     r: &ReadReplica,
     chunk_start: u64,

@@ -22,7 +22,7 @@
 //! the channel closes and the reader stops.
 
 use super::prefetch::Prefetcher;
-use super::range::{payload_len, read_piece_into, Piece};
+use super::range::{payload_len, read_piece_cached, read_piece_into, Piece};
 use super::window::{ReadWindow, WindowPiece};
 use crate::error::{DatanodeError, Result};
 use crate::metrics::Metrics;
@@ -109,6 +109,25 @@ impl PieceSource {
         self.prefetch
             .after_read(&self.replica.block, self.next, &self.metrics);
         Ok(Some(p))
+    }
+
+    /// Reads the next piece only if it is all in the page cache (no disk wait, so the
+    /// connection task may call it on its runtime thread); `Err(buf)` when it is not, or the
+    /// range has ended, with nothing consumed: the blocking [`Self::next_piece_into`] reads it.
+    pub fn next_piece_cached(&mut self, buf: BytesMut) -> std::result::Result<Piece, BytesMut> {
+        if self.next >= self.end {
+            return Err(buf);
+        }
+        let len = self.piece.min(self.end - self.next);
+        self.prefetch
+            .before_read(&self.advice_file, self.next, &self.metrics);
+        let p = read_piece_cached(&self.replica, self.next, len as usize, self.stored_len, buf)?;
+        self.next += len;
+        self.metrics.stream_pieces_read.inc();
+        self.metrics.stream_pieces_cached.inc();
+        self.prefetch
+            .after_read(&self.replica.block, self.next, &self.metrics);
+        Ok(p)
     }
 }
 

@@ -205,17 +205,9 @@ async fn busy(ctx: &Ctx, w: &mut FrameWriter, bytes: u64) -> Result<()> {
     wire::respond(w, resp, ctx.socket_timeout()).await
 }
 
-/// Starts the `BlockReader` task for `plan` in pieces of `piece` bytes, with its read window
-/// and kernel advice; returns where its pieces arrive and the task's handle (dropping it stops
-/// the reader).
-fn start_reader(
-    ctx: &Ctx,
-    plan: ReadPlan,
-    piece: u64,
-    ahead: usize,
-) -> Result<(mpsc::Receiver<ReaderItem>, AbortOnDropHandle<()>)> {
+/// The piece source of `plan` in pieces of `piece` bytes, with its kernel advice.
+fn piece_source(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<PieceSource> {
     let prefetch_bytes = ctx.cfg.read_prefetch_bytes.bytes();
-    let window = ReadWindow::new(ahead);
     let advise = match ctx.cfg.read_prefetch_fadvise {
         PrefetchAdvice::Off => 0,
         PrefetchAdvice::On | PrefetchAdvice::Auto => prefetch_bytes,
@@ -230,17 +222,79 @@ fn start_reader(
     if ctx.cfg.read_prefetch_fadvise == PrefetchAdvice::Auto {
         prefetch = prefetch.auto();
     }
-    let source = PieceSource::new(
+    PieceSource::new(
         plan.replica,
         plan.start,
         plan.end,
         piece,
         prefetch,
         ctx.metrics.clone(),
-    )?;
+    )
+}
+
+/// Starts the `BlockReader` task over the rest of `source`, `ahead` pieces ahead of the wire;
+/// returns where its pieces arrive and the task's handle (dropping it stops the reader).
+fn start_reader(
+    ctx: &Ctx,
+    source: PieceSource,
+    ahead: usize,
+) -> (mpsc::Receiver<ReaderItem>, AbortOnDropHandle<()>) {
+    let window = ReadWindow::new(ahead);
     let (tx, rx) = mpsc::channel(window.ahead() + 1);
     let reader = BlockReader::new(source, window, tx, ctx.io.clone()).spawn();
-    Ok((rx, reader))
+    (rx, reader)
+}
+
+/// How a stream stopped by a shutdown ends: the reader is told why.
+fn stopped() -> ReadEnd {
+    let e = DatanodeError::ShuttingDown;
+    ReadEnd {
+        status: e.status(),
+        message: e.to_string(),
+    }
+}
+
+/// The first part of a `ReadBlock`: while every piece is already in the page cache, the
+/// connection task reads it itself ([`PieceSource::next_piece_cached`], which cannot wait
+/// for the disk) and sends it — no reader task, no blocking-pool hop, no read-ahead buffers
+/// gone cold in the CPU caches before they are sent: with nothing to wait for there is
+/// nothing for prefetch to hide. `Some(end)` when the range (or the stream) ended here;
+/// `None` at the first piece not cached, which the prefetching reader then takes over.
+async fn serve_cached(
+    ctx: &Ctx,
+    w: &mut FrameWriter,
+    source: &mut PieceSource,
+    replica: ExtendedBlock,
+    bpc: u32,
+) -> Result<Option<ReadEnd>> {
+    let mut spare = BytesMut::new();
+    loop {
+        if ctx.kill.is_cancelled() {
+            return Err(DatanodeError::ShuttingDown);
+        }
+        if ctx.shutdown.is_cancelled() {
+            return Ok(Some(stopped()));
+        }
+        if source.next_payload_len().is_none() {
+            return Ok(Some(ReadEnd {
+                status: Status::Success,
+                message: String::new(),
+            }));
+        }
+        let piece = match source.next_piece_cached(spare) {
+            Ok(p) => p,
+            Err(_) => return Ok(None),
+        };
+        // A reader that stopped reading must not hold up a stop for a socket timeout.
+        tokio::select! {
+            biased;
+            _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
+            _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
+            r = send_piece(ctx, w, &piece, replica, bpc) => r?,
+        }
+        ctx.metrics.pieces_sent.inc();
+        spare = piece.into_buffer().unwrap_or_default();
+    }
 }
 
 /// `ReadBlock`: `OpResponse`, the pieces, `ReadEnd`.
@@ -253,18 +307,22 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     };
     let t = ctx.socket_timeout();
     let bpc32 = plan.replica.entry.bytes_per_checksum;
-    let source = plan.source();
+    let source_block = plan.source();
     let piece = piece_size(ctx, op.piece_size, bpc32 as u64);
     let response = plan.response.clone();
     let Some((ahead, _charge)) = charge_window(ctx, piece, bpc32 as u64) else {
         return busy(ctx, w, piece).await;
     };
-    // `_reader` lives as long as this op: the reader never outlives the connection.
-    let (mut rx, _reader) = match start_reader(ctx, plan, piece, ahead) {
-        Ok(r) => r,
+    let mut source = match piece_source(ctx, plan, piece) {
+        Ok(s) => s,
         Err(e) => return refuse(ctx, w, &e).await,
     };
     wire::respond(w, response, t).await?;
+    if let Some(end) = serve_cached(ctx, w, &mut source, source_block, bpc32).await? {
+        return wire::send(w, Message::ReadEnd(end), Bytes::new(), t).await;
+    }
+    // `_reader` lives as long as this op: the reader never outlives the connection.
+    let (mut rx, _reader) = start_reader(ctx, source, ahead);
     let end = loop {
         // A piece already waiting is a prefetch hit: the disk read was done ahead of the wire.
         // A stop wins over a waiting piece, as in the select below.
@@ -304,7 +362,7 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
                     biased;
                     _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
                     _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
-                    r = send_piece(ctx, w, p, source, bpc32) => r?,
+                    r = send_piece(ctx, w, p, source_block, bpc32) => r?,
                 }
                 ctx.metrics.pieces_sent.inc();
                 // Dropping it frees its window slot: the reader may read one more piece ahead.

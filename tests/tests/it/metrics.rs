@@ -387,8 +387,10 @@ async fn both_expositions_parse_are_documented_and_agree_with_what_happened() {
         );
         assert_eq!(
             sum(&dns, "sluice_datanode_prefetch_hits_total")
-                + sum(&dns, "sluice_datanode_prefetch_misses_total"),
-            sum(&dns, "sluice_datanode_pieces_sent_total")
+                + sum(&dns, "sluice_datanode_prefetch_misses_total")
+                + sum(&dns, "sluice_datanode_stream_pieces_cached_total"),
+            sum(&dns, "sluice_datanode_pieces_sent_total"),
+            "every piece sent came from the page cache on the connection task or from the reader"
         );
         assert_eq!(sum(&dns, "sluice_datanode_active_pipelines"), 0.0);
         let mut used = 0.0;

@@ -159,6 +159,86 @@ async fn datanode_prefetch_advises_and_reads_ahead_and_can_be_turned_off() {
     .await
 }
 
+/// The page-cache state of every file of a replica: read whole (warm) or written back and
+/// dropped (`fdatasync`, `posix_fadvise(DONTNEED)`: cold).
+#[allow(unsafe_code)] // posix_fadvise: the test drops its own replica files' pages
+fn set_cache(files: &[std::path::PathBuf], warm: bool) {
+    use std::os::fd::AsRawFd;
+    for f in files {
+        if warm {
+            std::fs::read(f).unwrap();
+        } else {
+            let file = std::fs::File::open(f).unwrap();
+            file.sync_data().unwrap();
+            // SAFETY: a valid fd for the call; fadvise only reads its arguments.
+            let rc =
+                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(rc, 0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_pieces_are_sent_by_the_connection_and_the_rest_by_the_prefetching_reader() {
+    with_timeout(LIMIT, "cached pieces", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder().start().await.unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((6 * MIB + 7) as usize, 9);
+        write_all(&fs, "/c/f", &data, wopts(8 * MIB), 1 << 20)
+            .await
+            .unwrap();
+        let lb = fs.get_block_locations("/c/f").await.unwrap().blocks[0].clone();
+        let dn = lb.locations[0].clone();
+        let i = (0..cluster.datanode_count())
+            .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
+            .unwrap();
+        let block_file = cluster.replica_files(i, lb.block.id.0).remove(0);
+        let meta_name = format!("blk_{}_", lb.block.id.0);
+        let mut files = vec![block_file.clone()];
+        for e in std::fs::read_dir(block_file.parent().unwrap()).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with(&meta_name) && name.ends_with(".meta") {
+                files.push(p);
+            }
+        }
+        assert_eq!(files.len(), 2, "block and metadata file: {files:?}");
+        let m = cluster.datanode(i).unwrap().metrics();
+        let read = async |warm: bool| {
+            set_cache(&files, warm);
+            let before = (
+                m.stream_pieces_cached.get(),
+                m.prefetch_hits.get() + m.prefetch_misses.get(),
+            );
+            let mut conn = RawConn::connect(&dn.data_addr)
+                .await
+                .unwrap()
+                .with_token(lb.token.clone());
+            let (got, _) = conn.read_replica(lb.block).await.unwrap();
+            assert!(got == data, "exact bytes (warm: {warm})");
+            (
+                m.stream_pieces_cached.get() - before.0,
+                m.prefetch_hits.get() + m.prefetch_misses.get() - before.1,
+            )
+        };
+        // 7 pieces of 1 MiB: all in the page cache, all read and sent by the connection task.
+        assert_eq!(
+            read(true).await,
+            (7, 0),
+            "warm: (cached, through the reader)"
+        );
+        // Nothing cached: the first piece already goes to the reader task, which keeps the rest.
+        assert_eq!(
+            read(false).await,
+            (0, 7),
+            "cold: (cached, through the reader)"
+        );
+        cluster.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_forward_seeks_inside_the_buffer_send_no_request() {
     with_timeout(LIMIT, "buffer", async {
