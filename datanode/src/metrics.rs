@@ -245,8 +245,13 @@ metrics! {
     /// ReadBlock pieces found whole in the page cache and read on the connection's own task
     /// (`preadv2(RWF_NOWAIT)`), without the reader task and its blocking-pool read.
     stream_pieces_cached: Counter = "stream_pieces_cached",
+    /// Of those, pieces whose data went from the page cache to the socket with `sendfile`
+    /// (`read.sendfile`), never through a buffer.
+    stream_pieces_sendfile: Counter = "stream_pieces_sendfile",
     /// ReadChunk chunks sent.
     chunks_sent: Counter = "chunks_sent",
+    /// Of those, chunks found in the page cache and sent with `sendfile` (`read.sendfile`).
+    chunks_sendfile: Counter = "chunks_sendfile",
     /// ReadChunk reply buffers allocated (one per connection: reused from chunk to chunk).
     chunk_buffers_allocated: Counter = "chunk_buffers_allocated",
     /// Bytes announced to the kernel with posix_fadvise(WILLNEED).

@@ -10,7 +10,7 @@ use crate::storage::volume::Space;
 use std::alloc::Layout;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::Path;
 use std::ptr::NonNull;
 
@@ -129,6 +129,70 @@ pub(crate) fn pread_cached(file: &File, buf: &mut [u8], pos: u64) -> bool {
         }
     }
     true
+}
+
+/// `cachestat(2)` (Linux 6.5): how many pages of `[off, off + len)` of `file` are in the page
+/// cache, and how many pages the range spans; `None` when the kernel does not have the call
+/// (the caller then does without it).
+pub(crate) fn cached_pages(file: &File, off: u64, len: u64) -> Option<(u64, u64)> {
+    /// The call's number, the same on every architecture (new calls share one table).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    if len == 0 {
+        return Some((0, 0));
+    }
+    let range = Range { off, len };
+    let mut stat = Stat::default();
+    // SAFETY: the fd is valid for the life of `file`; both structs are #[repr(C)] as the
+    // kernel's `cachestat_range` and `cachestat`, live for the call; flags must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let pages = (off + len).div_ceil(4096) - off / 4096;
+    Some((stat.nr_cache, pages))
+}
+
+/// `sendfile(2)`: up to `len` bytes of `file` at `*off` to the socket `sock`, advancing
+/// `*off`; the bytes sent (0 at the end of the file). The socket is non-blocking, so
+/// `WouldBlock` when it is full; the file is read from the page cache, so callers make sure
+/// the range is cached ([`cached_pages`]) before calling it on a runtime thread.
+pub(crate) fn sendfile(
+    sock: RawFd,
+    file: &File,
+    off: &mut u64,
+    len: usize,
+) -> std::io::Result<usize> {
+    let mut at = libc::off_t::try_from(*off).map_err(std::io::Error::other)?;
+    // SAFETY: both fds are valid for the call (the socket's owner holds it across the call);
+    // `at` is a live off_t the kernel updates.
+    let n = unsafe { libc::sendfile(sock, file.as_raw_fd(), &mut at, len) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    *off = at as u64;
+    Ok(n as usize)
 }
 
 /// Bytes of `[0, len)` of `file` resident in the page cache (`mincore` over a read-only

@@ -6,7 +6,10 @@ use bytes::Bytes;
 use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::framed::{self, TimedError};
 use sluice_common::proto::{Message, OpResponse};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
 use std::time::Duration;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -48,6 +51,61 @@ pub async fn write_direct(
     framed::write_within(w, msg, payload, timeout)
         .await
         .map_err(|e| timed_error(e, "the peer to take a frame"))
+}
+
+/// Writes one frame whose payload is `head` followed by `len` bytes of `file` at `offset`,
+/// within `timeout`: the header and `head` with one write, the file's bytes with `sendfile`
+/// from the page cache to the socket, never through a buffer of ours (HDFS `BlockSender`'s
+/// `transferTo`). Only for a range the caller found cached: `sendfile` reads the file
+/// synchronously. A file shorter than the range fails the write (the frame is then
+/// incomplete and the connection must close, which every caller's error path does).
+pub async fn write_from_file(
+    w: &mut FrameWriter,
+    msg: &Message,
+    head: &[u8],
+    (file, offset, len): (&File, u64, usize),
+    timeout: Duration,
+) -> Result<()> {
+    let prefix =
+        sluice_common::frame::encode_prefix(msg, head.len() + len, w.encoder().max_frame())
+            .map_err(DatanodeError::from)?;
+    let write = async {
+        futures::SinkExt::<Frame<Message>>::flush(w)
+            .await
+            .map_err(|e| match e {
+                sluice_common::FrameError::Io(e) => e,
+                other => std::io::Error::other(other),
+            })?;
+        let mut buf = bytes::Buf::chain(prefix.as_slice(), head);
+        w.get_mut().write_all_buf(&mut buf).await?;
+        let sock: &TcpStream = w.get_ref().as_ref();
+        let (mut at, end) = (offset, offset + len as u64);
+        while at < end {
+            sock.writable().await?;
+            let left = (end - at) as usize;
+            match sock.try_io(Interest::WRITABLE, || {
+                crate::sys::sendfile(sock.as_raw_fd(), file, &mut at, left)
+            }) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the block file ended at {at}, before {end}, during sendfile"),
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, write).await {
+        Ok(r) => r.map_err(|e| DatanodeError::from(sluice_common::FrameError::Io(e))),
+        Err(_) => Err(DatanodeError::Timeout {
+            what: "the peer to take a frame",
+            secs: timeout.as_secs_f64(),
+        }),
+    }
 }
 
 /// A timed step's failure as a [`DatanodeError`]: a timeout names what was awaited.

@@ -145,6 +145,11 @@ pub struct DatanodeConfig {
     /// the prefetch range, besides reading ahead into buffers.
     #[serde(rename = "read.prefetch.fadvise")]
     pub read_prefetch_fadvise: PrefetchAdvice,
+    /// Send the data of pieces and chunks found in the page cache with `sendfile` (zero-copy
+    /// from the page cache to the socket, HDFS's `transferTo`), or read them into a buffer
+    /// first.
+    #[serde(rename = "read.sendfile")]
+    pub read_sendfile: SendfileMode,
     /// Node-wide cap on read-buffer memory: the read-ahead windows of streaming reads and the
     /// reply buffers of chunk reads. A read that does not fit is answered `ERROR_BUSY` at once
     /// (a stream first gives up its read-ahead); the client tries another replica or later.
@@ -162,6 +167,21 @@ pub enum PrefetchAdvice {
     /// Always advise.
     On,
     /// Never advise: prefetch reads ahead into buffers only.
+    Off,
+}
+
+/// When cached read data goes out with `sendfile` rather than through a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendfileMode {
+    /// For readers on other hosts only. A reader on the same host (a loopback peer) receives
+    /// `sendfile`'s page-cache pages at a higher cost than the copy saves the DataNode: on the
+    /// benchmark machine warm reads were slower and dearer in CPU for the pair
+    /// (docs/benchmarks.md, "fifth round").
+    Auto,
+    /// Always.
+    On,
+    /// Never: cached data is read into a buffer and written from it.
     Off,
 }
 
@@ -208,6 +228,7 @@ impl Default for DatanodeConfig {
             read_prefetch_bytes: ByteSize::mib(8),
             read_buffer_max_bytes: ByteSize::gib(1),
             read_prefetch_fadvise: PrefetchAdvice::Auto,
+            read_sendfile: SendfileMode::Auto,
         }
     }
 }

@@ -18,7 +18,7 @@ mod metadata;
 pub mod units;
 
 pub use client::{ClientConfig, ReadMode, ReplacePolicy};
-pub use datanode::{DatanodeConfig, PrefetchAdvice};
+pub use datanode::{DatanodeConfig, PrefetchAdvice, SendfileMode};
 pub use log::{ColorMode, LogConfig, LogFormat};
 pub use metadata::MetadataConfig;
 pub use units::{ByteSize, HumanDuration, Millis, PathList};

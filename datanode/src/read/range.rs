@@ -152,6 +152,55 @@ pub fn read_piece_cached(
     })
 }
 
+/// A piece whose data stays in the block file, to be sent with `sendfile`
+/// ([`crate::wire::write_from_file`]): its offset, its checksums (read), its data length.
+#[derive(Debug)]
+pub struct FilePiece {
+    /// Block offset of the first data byte.
+    pub offset: u64,
+    /// The stored checksums of its chunks.
+    pub sums: BytesMut,
+    /// Data bytes, in the block file at `offset`.
+    pub data_len: usize,
+}
+
+/// A [`FilePiece`] of `[start, start + len)` when its data is all in the page cache
+/// ([`crate::sys::cached_pages`]) and its checksums are read from the page cache
+/// ([`crate::sys::pread_cached`]) into `sums`; else `sums` back. As [`read_piece_cached`],
+/// a partial last chunk stored longer is left to the blocking read, and so is every piece
+/// where the kernel cannot say what is cached.
+pub fn file_piece_cached(
+    r: &ReadReplica,
+    start: u64,
+    len: usize,
+    stored_len: u64,
+    mut sums: BytesMut,
+) -> std::result::Result<FilePiece, BytesMut> {
+    let bpc32 = r.entry.bytes_per_checksum;
+    let bpc = bpc32 as u64;
+    let end = start + len as u64;
+    if bpc == 0
+        || !start.is_multiple_of(bpc)
+        || (!end.is_multiple_of(bpc) && end < stored_len)
+        || end > stored_len
+    {
+        return Err(sums);
+    }
+    match crate::sys::cached_pages(&r.block, start, len as u64) {
+        Some((cached, pages)) if cached >= pages => {}
+        _ => return Err(sums),
+    }
+    sums.resize(checksum::checksum_len(len, bpc32), 0);
+    if !crate::sys::pread_cached(&r.meta, &mut sums, MetaHeader::checksum_pos(start / bpc)) {
+        return Err(sums);
+    }
+    Ok(FilePiece {
+        offset: start,
+        sums,
+        data_len: len,
+    })
+}
+
 fn stored_chunk_ok(
     r: &ReadReplica,
     chunk_start: u64,

@@ -22,7 +22,9 @@
 //! the channel closes and the reader stops.
 
 use super::prefetch::Prefetcher;
-use super::range::{payload_len, read_piece_cached, read_piece_into, Piece};
+use super::range::{
+    file_piece_cached, payload_len, read_piece_cached, read_piece_into, FilePiece, Piece,
+};
 use super::window::{ReadWindow, WindowPiece};
 use crate::error::{DatanodeError, Result};
 use crate::metrics::Metrics;
@@ -109,6 +111,42 @@ impl PieceSource {
         self.prefetch
             .after_read(&self.replica.block, self.next, &self.metrics);
         Ok(Some(p))
+    }
+
+    /// The next piece as a [`FilePiece`] to send with `sendfile`, only if its data is all in
+    /// the page cache; `Err(sums)` when it is not (or the kernel cannot tell), with nothing
+    /// consumed.
+    pub fn next_file_piece(&mut self, sums: BytesMut) -> std::result::Result<FilePiece, BytesMut> {
+        if self.next >= self.end {
+            return Err(sums);
+        }
+        let len = self.piece.min(self.end - self.next);
+        self.prefetch
+            .before_read(&self.advice_file, self.next, &self.metrics);
+        let p = file_piece_cached(
+            &self.replica,
+            self.next,
+            len as usize,
+            self.stored_len,
+            sums,
+        )?;
+        self.next += len;
+        self.metrics.stream_pieces_read.inc();
+        self.metrics.stream_pieces_cached.inc();
+        self.metrics.stream_pieces_sendfile.inc();
+        Ok(p)
+    }
+
+    /// Drops the pages behind the read position (`read.ahead.cache.bytes.threshold`); for
+    /// pieces sent with `sendfile`, called once the piece is on its way.
+    pub fn drop_behind(&mut self) {
+        self.prefetch
+            .after_read(&self.replica.block, self.next, &self.metrics);
+    }
+
+    /// The replica's block file (what `sendfile` sends from).
+    pub fn block_file(&self) -> &File {
+        &self.replica.block
     }
 
     /// Reads the next piece only if it is all in the page cache (no disk wait, so the

@@ -12,7 +12,7 @@
 
 use super::memory::ReadCharge;
 use super::prefetch::Prefetcher;
-use super::range::{payload_len, read_piece_into, Piece};
+use super::range::{file_piece_cached, payload_len, read_piece_into, FilePiece, Piece};
 use super::reader::{BlockReader, PieceSource, ReaderItem};
 use super::window::ReadWindow;
 use crate::context::Ctx;
@@ -22,7 +22,7 @@ use crate::sys::{fadvise, Advice};
 use crate::wire::{self, FrameWriter};
 use bytes::{Bytes, BytesMut};
 use sluice_common::checksum;
-use sluice_common::config::PrefetchAdvice;
+use sluice_common::config::{PrefetchAdvice, SendfileMode};
 use sluice_common::proto::{
     ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfo,
     ReplicaInfoOp, ReplicaState,
@@ -163,6 +163,40 @@ async fn send_piece(
     Ok(())
 }
 
+/// Whether cached read data goes to this connection's peer with `sendfile`
+/// (`read.sendfile`; `auto`: unless the peer is on this host).
+fn use_sendfile(ctx: &Ctx, w: &FrameWriter) -> bool {
+    match ctx.cfg.read_sendfile {
+        SendfileMode::On => true,
+        SendfileMode::Off => false,
+        SendfileMode::Auto => w.get_ref().peer_addr().is_ok_and(|a| !a.ip().is_loopback()),
+    }
+}
+
+/// Sends a piece whose data stays in the block file: header and checksums, then the data
+/// with `sendfile` ([`wire::write_from_file`]).
+async fn send_file_piece(
+    ctx: &Ctx,
+    w: &mut FrameWriter,
+    p: &FilePiece,
+    file: &std::fs::File,
+    replica: ExtendedBlock,
+    bpc: u32,
+) -> Result<()> {
+    let header = ChunkHeader {
+        block: replica.id,
+        gen_stamp: replica.gen_stamp,
+        offset: p.offset,
+        data_len: p.data_len as u32,
+        bytes_per_checksum: bpc,
+    };
+    let t = ctx.socket_timeout();
+    let data = (file, p.offset, p.data_len);
+    wire::write_from_file(w, &Message::Chunk(header), &p.sums, data, t).await?;
+    ctx.metrics.bytes_read.add(p.data_len as u64);
+    Ok(())
+}
+
 /// The data bytes per piece: asked (0: configured), a multiple of `bpc`, fitting a frame.
 fn piece_size(ctx: &Ctx, asked: u32, bpc: u64) -> u64 {
     let want = if asked == 0 {
@@ -267,6 +301,7 @@ async fn serve_cached(
     replica: ExtendedBlock,
     bpc: u32,
 ) -> Result<Option<ReadEnd>> {
+    let sendfile = use_sendfile(ctx, w);
     let mut spare = BytesMut::new();
     loop {
         if ctx.kill.is_cancelled() {
@@ -280,6 +315,23 @@ async fn serve_cached(
                 status: Status::Success,
                 message: String::new(),
             }));
+        }
+        if sendfile {
+            match source.next_file_piece(spare) {
+                Ok(fp) => {
+                    tokio::select! {
+                        biased;
+                        _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
+                        _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
+                        r = send_file_piece(ctx, w, &fp, source.block_file(), replica, bpc) => r?,
+                    }
+                    ctx.metrics.pieces_sent.inc();
+                    source.drop_behind();
+                    spare = fp.sums;
+                    continue;
+                }
+                Err(buf) => spare = buf,
+            }
         }
         let piece = match source.next_piece_cached(spare) {
             Ok(p) => p,
@@ -450,6 +502,28 @@ pub(crate) async fn read_chunk(
         return busy(ctx, w, want as u64).await;
     };
     let drop_behind = len > ctx.cfg.read_ahead_cache_threshold.bytes();
+    // A chunk whose data is all in the page cache goes out with sendfile from this task, as
+    // HDFS's classic read (`BlockSender`, `transferTo`) sends it; the rest is read on the
+    // blocking pool into the connection's reply buffer.
+    let buf = if use_sendfile(ctx, w) {
+        match file_piece_cached(&replica, start, len as usize, stored, buf) {
+            Ok(fp) => {
+                wire::respond(w, response, ctx.socket_timeout()).await?;
+                send_file_piece(ctx, w, &fp, &replica.block, source, bpc).await?;
+                if drop_behind {
+                    fadvise(&replica.block, start, len, Advice::DontNeed);
+                    ctx.metrics.dropbehind_bytes.add(len);
+                }
+                ctx.metrics.chunks_sent.inc();
+                ctx.metrics.chunks_sendfile.inc();
+                buffer.spare = Some(fp.sums);
+                return Ok(());
+            }
+            Err(buf) => buf,
+        }
+    } else {
+        buf
+    };
     let metrics = ctx.metrics.clone();
     let piece = match ctx
         .blocking(move || {

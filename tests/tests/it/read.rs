@@ -9,7 +9,7 @@
 
 use rand::{Rng, SeedableRng};
 use sluice_client::{ClientError, FileReader, ReadMode, ReadOptions, WriteOptions};
-use sluice_common::config::{ByteSize, HumanDuration, PrefetchAdvice};
+use sluice_common::config::{ByteSize, HumanDuration, PrefetchAdvice, SendfileMode};
 use sluice_common::proto::{Message, Op, ReadBlockOp, ReadChunkOp};
 use sluice_common::rpc::Health;
 use sluice_common::Status;
@@ -182,61 +182,86 @@ fn set_cache(files: &[std::path::PathBuf], warm: bool) {
 async fn cached_pieces_are_sent_by_the_connection_and_the_rest_by_the_prefetching_reader() {
     with_timeout(LIMIT, "cached pieces", async {
         sluice_tests::init_logging();
-        let cluster = MiniCluster::builder().start().await.unwrap();
-        let fs = cluster.client().await.unwrap();
-        let data = random_bytes((6 * MIB + 7) as usize, 9);
-        write_all(&fs, "/c/f", &data, wopts(8 * MIB), 1 << 20)
-            .await
-            .unwrap();
-        let lb = fs.get_block_locations("/c/f").await.unwrap().blocks[0].clone();
-        let dn = lb.locations[0].clone();
-        let i = (0..cluster.datanode_count())
-            .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
-            .unwrap();
-        let block_file = cluster.replica_files(i, lb.block.id.0).remove(0);
-        let meta_name = format!("blk_{}_", lb.block.id.0);
-        let mut files = vec![block_file.clone()];
-        for e in std::fs::read_dir(block_file.parent().unwrap()).unwrap() {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            if name.starts_with(&meta_name) && name.ends_with(".meta") {
-                files.push(p);
-            }
+        for sendfile in [true, false] {
+            cached_and_cold_reads(sendfile).await;
         }
-        assert_eq!(files.len(), 2, "block and metadata file: {files:?}");
-        let m = cluster.datanode(i).unwrap().metrics();
-        let read = async |warm: bool| {
-            set_cache(&files, warm);
-            let before = (
-                m.stream_pieces_cached.get(),
-                m.prefetch_hits.get() + m.prefetch_misses.get(),
-            );
-            let mut conn = RawConn::connect(&dn.data_addr)
-                .await
-                .unwrap()
-                .with_token(lb.token.clone());
-            let (got, _) = conn.read_replica(lb.block).await.unwrap();
-            assert!(got == data, "exact bytes (warm: {warm})");
-            (
-                m.stream_pieces_cached.get() - before.0,
-                m.prefetch_hits.get() + m.prefetch_misses.get() - before.1,
-            )
-        };
-        // 7 pieces of 1 MiB: all in the page cache, all read and sent by the connection task.
-        assert_eq!(
-            read(true).await,
-            (7, 0),
-            "warm: (cached, through the reader)"
-        );
-        // Nothing cached: the first piece already goes to the reader task, which keeps the rest.
-        assert_eq!(
-            read(false).await,
-            (0, 7),
-            "cold: (cached, through the reader)"
-        );
-        cluster.shutdown().await;
     })
     .await
+}
+
+/// A warm and a cold `ReadBlock` of one replica with `read.sendfile = sendfile`: which path
+/// each piece took.
+async fn cached_and_cold_reads(sendfile: bool) {
+    let cluster = MiniCluster::builder()
+        .configure_datanodes(move |_, c| {
+            c.read_sendfile = if sendfile {
+                SendfileMode::On
+            } else {
+                SendfileMode::Off
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let fs = cluster.client().await.unwrap();
+    let data = random_bytes((6 * MIB + 7) as usize, 9);
+    write_all(&fs, "/c/f", &data, wopts(8 * MIB), 1 << 20)
+        .await
+        .unwrap();
+    let lb = fs.get_block_locations("/c/f").await.unwrap().blocks[0].clone();
+    let dn = lb.locations[0].clone();
+    let i = (0..cluster.datanode_count())
+        .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
+        .unwrap();
+    let block_file = cluster.replica_files(i, lb.block.id.0).remove(0);
+    let meta_name = format!("blk_{}_", lb.block.id.0);
+    let mut files = vec![block_file.clone()];
+    for e in std::fs::read_dir(block_file.parent().unwrap()).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with(&meta_name) && name.ends_with(".meta") {
+            files.push(p);
+        }
+    }
+    assert_eq!(files.len(), 2, "block and metadata file: {files:?}");
+    let m = cluster.datanode(i).unwrap().metrics();
+    let read = async |warm: bool| {
+        set_cache(&files, warm);
+        let before = (
+            m.stream_pieces_cached.get(),
+            m.stream_pieces_sendfile.get(),
+            m.prefetch_hits.get() + m.prefetch_misses.get(),
+        );
+        let mut conn = RawConn::connect(&dn.data_addr)
+            .await
+            .unwrap()
+            .with_token(lb.token.clone());
+        let (got, _) = conn.read_replica(lb.block).await.unwrap();
+        assert!(
+            got == data,
+            "exact bytes (warm: {warm}, sendfile: {sendfile})"
+        );
+        (
+            m.stream_pieces_cached.get() - before.0,
+            m.stream_pieces_sendfile.get() - before.1,
+            m.prefetch_hits.get() + m.prefetch_misses.get() - before.2,
+        )
+    };
+    // 7 pieces (six of 1 MiB, one of 7 bytes): all in the page cache, all read and sent by
+    // the connection task — with sendfile when it is on.
+    let zero_copy = if sendfile { 7 } else { 0 };
+    assert_eq!(
+        read(true).await,
+        (7, zero_copy, 0),
+        "warm, sendfile {sendfile}: (cached, sent with sendfile, through the reader)"
+    );
+    // Nothing cached: the first piece already goes to the reader task, which keeps the rest.
+    assert_eq!(
+        read(false).await,
+        (0, 0, 7),
+        "cold, sendfile {sendfile}: (cached, sent with sendfile, through the reader)"
+    );
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
