@@ -2,7 +2,7 @@
 
 /// mimalloc keeps freed pages for reuse: with glibc every 1 MiB read piece and packet buffer
 /// came back from the kernel zero-filled and went back to it (page faults and TLB shootdowns
-/// between the runtime threads; docs/benchmarks.md, "allocator").
+/// between the runtime threads; docs/benchmarks.md, "fifth round").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
