@@ -159,6 +159,22 @@ async fn datanode_prefetch_advises_and_reads_ahead_and_can_be_turned_off() {
     .await
 }
 
+/// The block file and the metadata file of replica `id` on DataNode `i`.
+fn replica_and_meta(cluster: &MiniCluster, i: usize, id: u64) -> Vec<std::path::PathBuf> {
+    let block_file = cluster.replica_files(i, id).remove(0);
+    let meta_name = format!("blk_{id}_");
+    let mut files = vec![block_file.clone()];
+    for e in std::fs::read_dir(block_file.parent().unwrap()).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with(&meta_name) && name.ends_with(".meta") {
+            files.push(p);
+        }
+    }
+    assert_eq!(files.len(), 2, "block and metadata file: {files:?}");
+    files
+}
+
 /// The page-cache state of every file of a replica: read whole (warm) or written back and
 /// dropped (`fdatasync`, `posix_fadvise(DONTNEED)`: cold).
 #[allow(unsafe_code)] // posix_fadvise: the test drops its own replica files' pages
@@ -213,17 +229,7 @@ async fn cached_and_cold_reads(sendfile: bool) {
     let i = (0..cluster.datanode_count())
         .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
         .unwrap();
-    let block_file = cluster.replica_files(i, lb.block.id.0).remove(0);
-    let meta_name = format!("blk_{}_", lb.block.id.0);
-    let mut files = vec![block_file.clone()];
-    for e in std::fs::read_dir(block_file.parent().unwrap()).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if name.starts_with(&meta_name) && name.ends_with(".meta") {
-            files.push(p);
-        }
-    }
-    assert_eq!(files.len(), 2, "block and metadata file: {files:?}");
+    let files = replica_and_meta(&cluster, i, lb.block.id.0);
     let m = cluster.datanode(i).unwrap().metrics();
     let read = async |warm: bool| {
         set_cache(&files, warm);
@@ -647,33 +653,56 @@ async fn killing_the_serving_datanode_mid_read_fails_over_with_exact_bytes() {
 async fn a_corrupt_replica_on_disk_is_read_around_reported_and_marked_corrupt() {
     with_timeout(LIMIT, "corrupt failover", async {
         sluice_tests::init_logging();
-        let cluster = MiniCluster::builder().start().await.unwrap();
-        let fs = cluster.client().await.unwrap();
-        let data = random_bytes((2 * MIB + 5) as usize, 8);
-        for (n, mode) in [ReadMode::Stream, ReadMode::Chunk].into_iter().enumerate() {
-            let path = format!("/c/f{n}");
-            write_all(&fs, &path, &data, wopts(4 * MIB), 1 << 20)
-                .await
-                .unwrap();
-            let mut r = fs.open_with(&path, opts(mode)).await.unwrap();
-            // The replica the reader tries first is the corrupt one.
-            let lb = r.blocks()[0].clone();
-            let first = &lb.locations[0];
-            let i = cluster.datanode_index_by_addr(&first.data_addr).unwrap();
-            corrupt_byte(&cluster, i, lb.block.id.0, MIB + 17);
-            assert!(read_to_end(&mut r).await == data, "{mode:?}: exact bytes");
-            let s = r.stats();
-            assert_eq!(s.reported_bad, 1, "{mode:?}");
-            assert_eq!(s.excluded, vec![first.node_id.clone()]);
-            let fsck = fs.fsck(&path).await.unwrap();
-            let b = &fsck.files[0].blocks[0];
-            let corrupt: Vec<_> = b.corrupt_locations.iter().map(|d| &d.node_id).collect();
-            assert_eq!(corrupt, vec![&first.node_id], "{fsck:?}");
-            assert_eq!(fsck.health, Health::Corrupt);
+        // `auto` keeps loopback readers on buffered reads; `on` sends the (cached, corrupt)
+        // bytes with sendfile, which must be caught the same way.
+        for sendfile in [SendfileMode::Auto, SendfileMode::On] {
+            corrupt_replica_read_around(sendfile).await;
         }
-        cluster.shutdown().await;
     })
     .await
+}
+
+/// The corrupt-replica read of both modes, with `read.sendfile = sendfile`.
+async fn corrupt_replica_read_around(sendfile: SendfileMode) {
+    let cluster = MiniCluster::builder()
+        .configure_datanodes(move |_, c| c.read_sendfile = sendfile)
+        .start()
+        .await
+        .unwrap();
+    let fs = cluster.client().await.unwrap();
+    let data = random_bytes((2 * MIB + 5) as usize, 8);
+    for (n, mode) in [ReadMode::Stream, ReadMode::Chunk].into_iter().enumerate() {
+        let path = format!("/c/f{n}");
+        write_all(&fs, &path, &data, wopts(4 * MIB), 1 << 20)
+            .await
+            .unwrap();
+        let mut r = fs.open_with(&path, opts(mode)).await.unwrap();
+        // The replica the reader tries first is the corrupt one.
+        let lb = r.blocks()[0].clone();
+        let first = &lb.locations[0];
+        let i = cluster.datanode_index_by_addr(&first.data_addr).unwrap();
+        corrupt_byte(&cluster, i, lb.block.id.0, MIB + 17);
+        // In the page cache, corrupt byte included: what sendfile sends from.
+        set_cache(&replica_and_meta(&cluster, i, lb.block.id.0), true);
+        let m = cluster.datanode(i).unwrap().metrics();
+        let zero_copy = m.stream_pieces_sendfile.get() + m.chunks_sendfile.get();
+        assert!(read_to_end(&mut r).await == data, "{mode:?}: exact bytes");
+        let zero_copy = m.stream_pieces_sendfile.get() + m.chunks_sendfile.get() - zero_copy;
+        assert_eq!(
+            zero_copy > 0,
+            sendfile == SendfileMode::On,
+            "{mode:?}, {sendfile:?}: {zero_copy} pieces or chunks sent with sendfile"
+        );
+        let s = r.stats();
+        assert_eq!(s.reported_bad, 1, "{mode:?}");
+        assert_eq!(s.excluded, vec![first.node_id.clone()]);
+        let fsck = fs.fsck(&path).await.unwrap();
+        let b = &fsck.files[0].blocks[0];
+        let corrupt: Vec<_> = b.corrupt_locations.iter().map(|d| &d.node_id).collect();
+        assert_eq!(corrupt, vec![&first.node_id], "{fsck:?}");
+        assert_eq!(fsck.health, Health::Corrupt);
+    }
+    cluster.shutdown().await;
 }
 
 /// A frame-level check that the pieces of a stream are aligned to checksum chunks and carry
