@@ -56,7 +56,12 @@ impl DnConnection {
             .map_err(|e| ClientError::dn_io(&node, "set TCP_NODELAY", e))?;
         Ok(DnConnection {
             node,
-            framed: Framed::new(stream, FrameCodec::new(settings.max_frame)),
+            // Chunks of up to a frame from the DataNode: each read into one buffer reserved
+            // whole, not grown (and copied) step by step.
+            framed: Framed::new(
+                stream,
+                FrameCodec::new(settings.max_frame).reserving_whole_frames(),
+            ),
             timeout: settings.timeout,
         })
     }

@@ -85,12 +85,18 @@ impl<M> Frame<M> {
 #[derive(Debug)]
 pub struct FrameCodec<M> {
     max_frame: usize,
+    /// Reserve a frame's whole announced length at once ([`FrameCodec::reserving_whole_frames`]).
+    reserve_whole: bool,
     _m: PhantomData<fn() -> M>,
 }
 
 impl<M> Clone for FrameCodec<M> {
     fn clone(&self) -> Self {
-        Self::new(self.max_frame)
+        Self {
+            max_frame: self.max_frame,
+            reserve_whole: self.reserve_whole,
+            _m: PhantomData,
+        }
     }
 }
 
@@ -99,8 +105,19 @@ impl<M> FrameCodec<M> {
     pub fn new(max_frame: usize) -> Self {
         Self {
             max_frame,
+            reserve_whole: false,
             _m: PhantomData,
         }
+    }
+
+    /// A codec that, once a frame's length prefix has arrived, reserves room for the whole
+    /// frame (at most `max_frame`) at once, so that a large frame is read into one buffer
+    /// without the growth steps — each a reallocation copying what had arrived. For a client
+    /// reading from a DataNode it authenticated by a token it holds: a server keeps the
+    /// default, growing with the bytes that arrive, so that a prefix alone costs nothing.
+    pub fn reserving_whole_frames(mut self) -> Self {
+        self.reserve_whole = true;
+        self
     }
 
     /// The configured maximum.
@@ -139,7 +156,12 @@ impl<M: DeserializeOwned> Decoder for FrameCodec<M> {
         if src.len() < 4 + frame_len {
             // Grow with the bytes that arrive, never by what a peer merely announces: a
             // 4-byte prefix claiming 16 MiB must not cost 16 MiB.
-            src.reserve((4 + frame_len - src.len()).min(GROW_STEP));
+            let missing = 4 + frame_len - src.len();
+            src.reserve(if self.reserve_whole {
+                missing
+            } else {
+                missing.min(GROW_STEP)
+            });
             return Ok(None);
         }
         let header_len = u32::from_be_bytes([src[4], src[5], src[6], src[7]]) as usize;
@@ -236,6 +258,37 @@ mod tests {
             }
         }
         assert_eq!(got, Some(f));
+    }
+
+    #[test]
+    fn a_codec_reserving_whole_frames_reads_a_frame_into_one_allocation() {
+        let codec = FrameCodec::<Msg>::new(DEFAULT_MAX_FRAME).reserving_whole_frames();
+        let mut codec = codec.clone(); // the setting survives a clone (split connections)
+        let f = Frame::with_payload(Msg::Ping { n: 2 }, Bytes::from(vec![9u8; 1 << 20]));
+        let all = encode(f.clone(), DEFAULT_MAX_FRAME);
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&all[..8]);
+        assert!(codec.decode(&mut src).unwrap().is_none());
+        assert!(src.capacity() >= all.len(), "capacity {}", src.capacity());
+        let at = src.as_ptr();
+        let mut got = None;
+        for piece in all[8..].chunks(100_000) {
+            src.extend_from_slice(piece);
+            if let Some(d) = codec.decode(&mut src).unwrap() {
+                got = Some(d);
+            }
+        }
+        let got = got.expect("a frame");
+        assert_eq!(got, f);
+        assert_eq!(
+            got.payload.as_ptr(),
+            at.wrapping_add(all.len() - (1 << 20)),
+            "the payload is where the frame was first reserved: no reallocation"
+        );
+        // The bound still holds: a prefix past max_frame is refused, not reserved.
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&(DEFAULT_MAX_FRAME as u32 + 1).to_be_bytes());
+        assert!(codec.decode(&mut src).is_err());
     }
 
     fn encode(frame: Frame<Msg>, max: usize) -> BytesMut {
