@@ -118,7 +118,20 @@ pub fn read_piece_into(
     })
 }
 
-/// True if the stored checksum of the chunk `[chunk_start, stored_end)` matches its bytes.
+/// The replica's bytes per checksum when `[start, start + len)` can be served from the page
+/// cache as stored: a chunk-aligned start, within the stored bytes, and no partial last chunk
+/// stored longer (its checksum is recomputed from a second, blocking read).
+fn servable_from_cache(r: &ReadReplica, start: u64, len: usize, stored_len: u64) -> Option<u32> {
+    let bpc32 = r.entry.bytes_per_checksum;
+    let bpc = u64::from(bpc32);
+    let end = start + len as u64;
+    let ok = bpc != 0
+        && start.is_multiple_of(bpc)
+        && end <= stored_len
+        && (end.is_multiple_of(bpc) || end == stored_len);
+    ok.then_some(bpc32)
+}
+
 /// [`read_piece_into`] from the page cache only: `Ok(piece)` when the data and its checksums
 /// were all cached ([`crate::sys::pread_cached`]), else the buffer back, untouched as far as
 /// the caller is concerned, for the blocking read. A piece whose last chunk is partial and
@@ -131,12 +144,10 @@ pub fn read_piece_cached(
     stored_len: u64,
     mut buf: BytesMut,
 ) -> std::result::Result<Piece, BytesMut> {
-    let bpc32 = r.entry.bytes_per_checksum;
-    let bpc = bpc32 as u64;
-    let end = start + len as u64;
-    if bpc == 0 || !start.is_multiple_of(bpc) || (!end.is_multiple_of(bpc) && end < stored_len) {
+    let Some(bpc32) = servable_from_cache(r, start, len, stored_len) else {
         return Err(buf);
-    }
+    };
+    let bpc = bpc32 as u64;
     let sums_len = checksum::checksum_len(len, bpc32);
     buf.resize(sums_len + len, 0);
     let (sums, data) = buf.split_at_mut(sums_len);
@@ -176,16 +187,10 @@ pub fn file_piece_cached(
     stored_len: u64,
     mut sums: BytesMut,
 ) -> std::result::Result<FilePiece, BytesMut> {
-    let bpc32 = r.entry.bytes_per_checksum;
-    let bpc = bpc32 as u64;
-    let end = start + len as u64;
-    if bpc == 0
-        || !start.is_multiple_of(bpc)
-        || (!end.is_multiple_of(bpc) && end < stored_len)
-        || end > stored_len
-    {
+    let Some(bpc32) = servable_from_cache(r, start, len, stored_len) else {
         return Err(sums);
-    }
+    };
+    let bpc = bpc32 as u64;
     match crate::sys::cached_pages(&r.block, start, len as u64) {
         Some((cached, pages)) if cached >= pages => {}
         _ => return Err(sums),
@@ -201,6 +206,7 @@ pub fn file_piece_cached(
     })
 }
 
+/// True if the stored checksum of the chunk `[chunk_start, stored_end)` matches its bytes.
 fn stored_chunk_ok(
     r: &ReadReplica,
     chunk_start: u64,

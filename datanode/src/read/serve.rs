@@ -143,6 +143,17 @@ async fn refuse_plan(ctx: &Ctx, w: &mut FrameWriter, r: ReadRefusal) -> Result<(
     }
 }
 
+/// The header of a `Chunk` of `data_len` bytes at `offset` of `replica` (block and stamp).
+fn chunk_header(replica: ExtendedBlock, offset: u64, data_len: usize, bpc: u32) -> ChunkHeader {
+    ChunkHeader {
+        block: replica.id,
+        gen_stamp: replica.gen_stamp,
+        offset,
+        data_len: data_len as u32,
+        bytes_per_checksum: bpc,
+    }
+}
+
 async fn send_piece(
     ctx: &Ctx,
     w: &mut FrameWriter,
@@ -150,13 +161,7 @@ async fn send_piece(
     replica: ExtendedBlock,
     bpc: u32,
 ) -> Result<()> {
-    let header = ChunkHeader {
-        block: replica.id,
-        gen_stamp: replica.gen_stamp,
-        offset: p.offset,
-        data_len: p.data_len() as u32,
-        bytes_per_checksum: bpc,
-    };
+    let header = chunk_header(replica, p.offset, p.data_len(), bpc);
     let t = ctx.socket_timeout();
     wire::write_direct(w, &Message::Chunk(header), p.payload_bytes(), t).await?;
     ctx.metrics.bytes_read.add(p.data_len() as u64);
@@ -183,13 +188,7 @@ async fn send_file_piece(
     replica: ExtendedBlock,
     bpc: u32,
 ) -> Result<()> {
-    let header = ChunkHeader {
-        block: replica.id,
-        gen_stamp: replica.gen_stamp,
-        offset: p.offset,
-        data_len: p.data_len as u32,
-        bytes_per_checksum: bpc,
-    };
+    let header = chunk_header(replica, p.offset, p.data_len, bpc);
     let t = ctx.socket_timeout();
     let data = (file, p.offset, p.data_len);
     wire::write_from_file(w, &Message::Chunk(header), &p.sums, data, t).await?;
