@@ -541,36 +541,56 @@ impl Streamer {
 
     /// Allocates the next block and sets up its pipeline, abandoning the block and excluding
     /// the bad DataNode when set-up fails (HDFS `nextBlockOutputStream`).
+    ///
+    /// The exclusion cache (DataNodes that failed this writer's earlier set-ups) is a hint,
+    /// never a reason for fewer replicas: when the block it shapes gets fewer DataNodes than
+    /// the replication asks for — or none — the block is abandoned and allocated again without
+    /// the cached DataNodes (once; a node that fails again is excluded by this set-up). A
+    /// DataNode restarted after a failure would otherwise be left out of every new pipeline
+    /// for `write.exclude.nodes.cache.expiry`, and on a small cluster each block would be
+    /// written to fewer DataNodes than it could have been.
     async fn setup_block(&mut self) -> Result<Pipeline, ClientError> {
         let attempts = self.cfg.block_write_retries + 1;
         let expiry = self.cfg.exclude_nodes_expiry.get();
         self.excluded.retain(|(_, at)| at.elapsed() < expiry);
-        let cached: Vec<NodeId> = self.excluded.iter().map(|(n, _)| n.clone()).collect();
+        let mut cached: Vec<NodeId> = self.excluded.iter().map(|(n, _)| n.clone()).collect();
         let mut excluded = cached.clone();
         let mut tried: Vec<DatanodeId> = Vec::new();
         let mut last: Option<ClientError> = None;
+        let want = usize::from(self.params.replication);
         self.failed.clear();
-        for attempt in 1..=attempts {
-            let lb =
-                match metadata::add_block(&self.meta, &self.path, self.previous, &excluded).await {
-                    Ok(lb) => lb,
-                    // The cache is a hint: when it leaves no DataNode, try its nodes again.
-                    Err(ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
-                        if excluded.iter().any(|n| cached.contains(n)) =>
-                    {
-                        excluded.retain(|n| !cached.contains(n));
-                        self.excluded.retain(|(n, _)| !cached.contains(n));
-                        continue;
-                    }
-                    // Excluding failed DataNodes left too few: report the whole story.
-                    Err(e @ ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
-                        if !excluded.is_empty() =>
-                    {
-                        last = Some(e);
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                };
+        let mut attempt = 0;
+        while attempt < attempts {
+            let shaped_by_cache = excluded.iter().any(|n| cached.contains(n));
+            let lb = match metadata::add_block(&self.meta, &self.path, self.previous, &excluded)
+                .await
+            {
+                Ok(lb) => lb,
+                Err(ClientError::Meta(MetaError::NotEnoughDatanodes { .. })) if shaped_by_cache => {
+                    self.forget_cached(&mut cached, &mut excluded);
+                    continue;
+                }
+                // Excluding failed DataNodes left too few: report the whole story.
+                Err(e @ ClientError::Meta(MetaError::NotEnoughDatanodes { .. }))
+                    if !excluded.is_empty() =>
+                {
+                    last = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            if lb.locations.len() < want && shaped_by_cache {
+                debug!(
+                    block = %lb.block.id,
+                    nodes = lb.locations.len(),
+                    want,
+                    "short pipeline because of cached exclusions: allocating again without them"
+                );
+                metadata::abandon(&self.meta, &self.path, &lb).await;
+                self.forget_cached(&mut cached, &mut excluded);
+                continue;
+            }
+            attempt += 1;
             let client = self.meta.client_name();
             let bpc = self.cfg.bytes_per_checksum;
             match Pipeline::create(&lb, client, bpc, self.settings).await {
@@ -604,6 +624,14 @@ impl Streamer {
                 ClientError::protocol("metadata service", "no block to set a pipeline up for")
             })),
         })
+    }
+
+    /// Drops the cached exclusions from this set-up (`excluded`) and from the writer's cache:
+    /// they are tried again. DataNodes this set-up excluded itself stay excluded.
+    fn forget_cached(&mut self, cached: &mut Vec<NodeId>, excluded: &mut Vec<NodeId>) {
+        excluded.retain(|n| !cached.contains(n));
+        self.excluded.retain(|(n, _)| !cached.contains(n));
+        cached.clear();
     }
 }
 
