@@ -107,6 +107,23 @@ impl ReadBuffer {
         n
     }
 
+    /// The bytes from `pos` (which must be held) to the end of the piece holding it, at most
+    /// `max`, without copying: the piece's memory is shared. `None` when `pos` is not held.
+    pub(crate) fn slice_at(&self, pos: u64, max: usize) -> Option<Bytes> {
+        if !self.contains(pos) || max == 0 {
+            return None;
+        }
+        let mut skip = (pos - self.start) as usize;
+        for piece in &self.pieces {
+            if skip < piece.len() {
+                let take = (piece.len() - skip).min(max);
+                return Some(piece.slice(skip..skip + take));
+            }
+            skip -= piece.len();
+        }
+        None
+    }
+
     /// Drops every byte before `pos`. Past `end`, the buffer empties and restarts at `pos`.
     pub(crate) fn release_before(&mut self, pos: u64) {
         if pos <= self.start {
@@ -208,6 +225,28 @@ mod tests {
         // A piece entirely before the end is ignored.
         b.push(0, piece(0, 100)).unwrap();
         assert_eq!(b.held(), 548);
+    }
+
+    #[test]
+    fn a_slice_shares_the_piece_holding_the_position_and_stops_at_its_end() {
+        let mut b = ReadBuffer::new(100, 4096);
+        b.push(0, piece(0, 1024)).unwrap();
+        b.push(1024, piece(1024, 1024)).unwrap();
+        let s = b.slice_at(1000, 4096).unwrap();
+        assert_eq!(
+            &s[..],
+            &piece(1000, 24)[..],
+            "to the end of the first piece"
+        );
+        let s = b.slice_at(1030, 10).unwrap();
+        assert_eq!(&s[..], &piece(1030, 10)[..], "at most max");
+        assert_eq!(b.slice_at(99, 10), None, "before the buffer");
+        assert_eq!(b.slice_at(2048, 10), None, "past the buffer");
+        assert_eq!(b.slice_at(500, 0), None);
+        // Shared, not copied: the slice points into the piece the buffer holds.
+        let whole = b.slice_at(1024, 4096).unwrap();
+        let again = b.slice_at(1024, 4096).unwrap();
+        assert_eq!(whole.as_ptr(), again.as_ptr());
     }
 
     #[test]

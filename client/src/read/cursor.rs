@@ -10,6 +10,7 @@ use super::stats::ReadStats;
 use super::stream::{BlockStream, Wait};
 use super::{busy_pause, is_busy, wants_refresh, ReadCtx, MAX_REFRESHES};
 use crate::error::ClientError;
+use bytes::Bytes;
 use sluice_common::config::ReadMode;
 use sluice_common::rpc::{BadReplica, LocatedBlock};
 use sluice_common::{DatanodeId, NodeId};
@@ -93,6 +94,25 @@ impl Cursor {
             }
         };
         (n > 0).then_some(n)
+    }
+
+    /// Takes buffered bytes at file position `pos` without copying (at most `max`, never
+    /// past the piece holding `pos`); `None` when they are not buffered.
+    pub(crate) fn try_take(&mut self, pos: u64, max: usize) -> Option<Bytes> {
+        let idx = self.ctx.block_index(pos)?;
+        if idx != self.index || max == 0 {
+            return None;
+        }
+        let bpos = pos - self.ctx.blocks[idx].offset;
+        match &mut self.source {
+            Source::None => None,
+            Source::Stream(s) => s.try_take(bpos, max),
+            Source::Chunk { buf, .. } => {
+                let b = buf.slice_at(bpos, max)?;
+                buf.release_before(bpos + b.len() as u64);
+                Some(b)
+            }
+        }
     }
 
     /// Makes file position `pos` (inside the file) buffered.

@@ -20,6 +20,7 @@ mod stream;
 use crate::connection::DnSettings;
 use crate::error::ClientError;
 use crate::meta::MetadataClient;
+use bytes::Bytes;
 use cursor::Cursor;
 use sluice_common::config::{ClientConfig, ReadMode};
 use sluice_common::rpc::{FileKind, LocatedBlock};
@@ -282,6 +283,43 @@ impl FileReader {
             done += want;
         }
         Ok(done)
+    }
+
+    /// Reads the next bytes at the stream position without copying them: what the DataNode
+    /// sent, checksums verified, handed over as the received buffer itself (at most `max`
+    /// bytes, at most one piece or chunk; fewer is not the end). Empty only at the end of the
+    /// file. The zero-copy counterpart of [`AsyncRead`] (HDFS's `read(ByteBufferPool,
+    /// maxLength)`): an [`AsyncRead`] read copies each byte once more, into the caller's
+    /// buffer. Dropping the future before it completes starts a new stream at the position on
+    /// the next read.
+    pub async fn read_bytes(&mut self, max: usize) -> Result<Bytes, ClientError> {
+        let pending = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(fut) = pending {
+            let (cursor, r) = fut.await;
+            self.cursor = Some(cursor);
+            r?;
+        }
+        loop {
+            if max == 0 || self.pos >= self.ctx.len {
+                return Ok(Bytes::new());
+            }
+            let mut cursor = match self.cursor.take() {
+                Some(c) => c,
+                None => Cursor::new(Arc::clone(&self.ctx)),
+            };
+            if let Some(b) = cursor.try_take(self.pos, max) {
+                self.pos += b.len() as u64;
+                self.cursor = Some(cursor);
+                return Ok(b);
+            }
+            let r = cursor.fill(self.pos).await;
+            self.cursor = Some(cursor);
+            r?;
+        }
     }
 
     fn poll_read_inner(

@@ -8,6 +8,7 @@ use super::buffer::ReadBuffer;
 use super::stats::ReadCounters;
 use crate::connection::{chunk_data, message_name, status_error, DnConnection, DnSettings};
 use crate::error::ClientError;
+use bytes::Bytes;
 use sluice_common::proto::{Message, Op, ReadBlockOp};
 use sluice_common::token::BlockToken;
 use sluice_common::{DatanodeId, ExtendedBlock};
@@ -139,6 +140,17 @@ impl BlockStream {
             self.shared.space.notify_one();
         }
         n
+    }
+
+    /// Takes buffered bytes at block offset `pos` (to the end of the piece holding it, at
+    /// most `max`) without copying, and releases them; `None` when `pos` is not buffered.
+    pub(crate) fn try_take(&self, pos: u64, max: usize) -> Option<Bytes> {
+        let mut st = self.shared.lock();
+        let b = st.buf.slice_at(pos, max)?;
+        st.buf.release_before(pos + b.len() as u64);
+        drop(st);
+        self.shared.space.notify_one();
+        Some(b)
     }
 
     /// Waits until `pos` is buffered, or says why it will not be. A position a little past

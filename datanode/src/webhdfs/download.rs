@@ -7,12 +7,12 @@
 
 use super::{to_remote, Gateway};
 use actix_web::HttpResponse;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use sluice_client::FileReader;
 use sluice_common::webhdfs::params::Params;
 use sluice_common::webhdfs::{json, RemoteError};
 use std::io::SeekFrom;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::io::AsyncSeekExt;
 use tokio::sync::mpsc;
 
 /// Bytes per piece sent to the HTTP response.
@@ -57,21 +57,23 @@ pub(super) async fn open(
         .streaming(body))
 }
 
-/// Sends `n` bytes of `reader` in pieces until done, failed, or the response is gone.
-async fn pump(reader: FileReader, n: u64, tx: mpsc::Sender<std::io::Result<Bytes>>) {
-    let mut r = reader.take(n);
-    loop {
-        let mut buf = BytesMut::with_capacity(PIECE);
-        match r.read_buf(&mut buf).await {
-            Ok(0) => return,
-            Ok(_) => {
-                if tx.send(Ok(buf.freeze())).await.is_err() {
+/// Sends `n` bytes of `reader` in pieces until done, failed, or the response is gone. The
+/// pieces are the reader's own received buffers (`read_bytes`: no copy on the way).
+async fn pump(mut reader: FileReader, n: u64, tx: mpsc::Sender<std::io::Result<Bytes>>) {
+    let mut left = n;
+    while left > 0 {
+        let max = usize::try_from(left).unwrap_or(usize::MAX).min(PIECE);
+        match reader.read_bytes(max).await {
+            Ok(b) if b.is_empty() => return,
+            Ok(b) => {
+                left -= b.len() as u64;
+                if tx.send(Ok(b)).await.is_err() {
                     return;
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "WebHDFS OPEN failed mid-stream");
-                let _ = tx.send(Err(e)).await;
+                let _ = tx.send(Err(e.into())).await;
                 return;
             }
         }

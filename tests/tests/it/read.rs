@@ -564,7 +564,7 @@ async fn random_seeks_reads_and_positioned_reads_match_a_local_copy() {
 async fn random_step(r: &mut FileReader, rng: &mut impl Rng, data: &[u8]) {
     let len = data.len() as u64;
     let pos = r.position();
-    match rng.random_range(0..6) {
+    match rng.random_range(0..7) {
         0 => {
             let to = rng.random_range(0..=len);
             assert_eq!(r.seek(SeekFrom::Start(to)).await.unwrap(), to);
@@ -590,6 +590,23 @@ async fn random_step(r: &mut FileReader, rng: &mut impl Rng, data: &[u8]) {
                 "read_at {at}+{n}"
             );
             assert_eq!(r.position(), pos, "read_at leaves the position");
+        }
+        4 => {
+            // The zero-copy read: at most `max`, never more than a received piece (8 KiB
+            // pieces, 16 KiB chunks here), empty only at the end.
+            let max = rng.random_range(1..200_000);
+            let b = r.read_bytes(max).await.unwrap();
+            assert!(
+                b.len() <= max && b.len() <= 16 * 1024,
+                "read_bytes gave {}",
+                b.len()
+            );
+            assert_eq!(b.is_empty(), pos == len, "read_bytes at {pos}");
+            assert!(
+                b[..] == data[pos as usize..pos as usize + b.len()],
+                "read_bytes at {pos}"
+            );
+            assert_eq!(r.position(), pos + b.len() as u64);
         }
         _ => {
             let mut buf = vec![0u8; rng.random_range(1..200_000)];

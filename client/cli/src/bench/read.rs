@@ -82,6 +82,11 @@ pub struct ReadArgs {
     /// Bytes per `read` call of the application (Freon's 4 MB buffer).
     #[arg(long, default_value = "4MiB", value_parser = ByteSize::parse)]
     pub read_size: ByteSize,
+    /// How the application reads: `bytes` takes the received buffers without copying
+    /// (`FileReader::read_bytes`, at most --read-size per call), `buffer` copies into its own
+    /// --read-size buffer (`AsyncRead`), one copy more per byte. Both read modes use the same.
+    #[arg(long, value_enum, default_value = "bytes")]
+    pub read_api: ReadApi,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -91,6 +96,15 @@ pub struct ReadArgs {
     /// The disk the cluster is given.
     #[command(flatten)]
     pub profile: super::disk_profile::ProfileArgs,
+}
+
+/// The client API the benchmark reads with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadApi {
+    /// `FileReader::read_bytes`: the received buffers themselves.
+    Bytes,
+    /// `AsyncRead::read` into the application's buffer.
+    Buffer,
 }
 
 /// How the page cache is prepared before a run.
@@ -262,8 +276,14 @@ fn new_report(args: &ReadArgs, g: &Globals, dir: &Path) -> Report {
         replication: args.replication,
         read_bytes: args.read_size.bytes(),
         client: format!(
-            "read.buffer.bytes {}, read.piece.bytes {}, read.chunk.size {}",
-            c.read_buffer_bytes, c.read_piece_bytes, c.read_chunk_size
+            "read.buffer.bytes {}, read.piece.bytes {}, read.chunk.size {}, read api {}",
+            c.read_buffer_bytes,
+            c.read_piece_bytes,
+            c.read_chunk_size,
+            match args.read_api {
+                ReadApi::Bytes => "bytes (FileReader::read_bytes, no copy)",
+                ReadApi::Buffer => "buffer (AsyncRead into the application's buffer)",
+            }
         ),
         write_mb_per_s: 0.0,
         loopback: Row::new(1, "tcp", "-", "-".into(), Vec::new()),
@@ -435,8 +455,8 @@ async fn timed_read(
         .iter()
         .map(|p| {
             let (fs, p) = (fs.clone(), p.clone());
-            let read_size = args.read_size.as_usize().max(1);
-            tokio::spawn(async move { read_file(&fs, &p, mode, read_size).await })
+            let (read_size, api) = (args.read_size.as_usize().max(1), args.read_api);
+            tokio::spawn(async move { read_file(&fs, &p, mode, read_size, api).await })
         })
         .collect();
     let mut total = 0u64;
@@ -455,14 +475,24 @@ async fn read_file(
     path: &str,
     mode: ReadMode,
     read_size: usize,
+    api: ReadApi,
 ) -> anyhow::Result<u64> {
     let opts = ReadOptions {
         mode: Some(mode),
         ..ReadOptions::default()
     };
     let mut r = fs.open_with(path, opts).await?;
-    let mut buf = vec![0u8; read_size];
     let mut total = 0u64;
+    if api == ReadApi::Bytes {
+        loop {
+            let b = r.read_bytes(read_size).await?;
+            if b.is_empty() {
+                return Ok(total);
+            }
+            total += b.len() as u64;
+        }
+    }
+    let mut buf = vec![0u8; read_size];
     loop {
         let n = r.read(&mut buf).await?;
         if n == 0 {

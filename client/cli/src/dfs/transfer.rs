@@ -10,7 +10,7 @@
 use super::progress::Progress;
 use super::{child, is_dir, local_target, remote_name, LEASE_RECOVERY_WAIT};
 use anyhow::{anyhow, bail, Context as _};
-use sluice_client::{ClientError, FileKind, FileSystem, FileWriter, WriteOptions};
+use sluice_client::{ClientError, FileKind, FileReader, FileSystem, FileWriter, WriteOptions};
 use sluice_common::MetaError;
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
@@ -225,7 +225,9 @@ async fn write_source(
         Source::Remote(p) => {
             let mut r = fs.open(p).await?;
             let bar = Progress::start(dst, Some(r.len()));
-            copy(&mut r, w, &bar).await.with_context(|| p.to_string())?;
+            copy_file(&mut r, w, &bar)
+                .await
+                .with_context(|| p.to_string())?;
         }
     }
     Ok(())
@@ -322,7 +324,7 @@ async fn get_one(
         let mut f = tokio::fs::File::create(&tmp)
             .await
             .with_context(|| tmp.display().to_string())?;
-        copy(&mut r, &mut f, &bar).await?;
+        copy_file(&mut r, &mut f, &bar).await?;
         f.sync_all().await?;
         tokio::fs::rename(&tmp, target)
             .await
@@ -343,7 +345,7 @@ pub async fn cat(fs: &FileSystem, paths: &[String]) -> anyhow::Result<()> {
     let mut out = tokio::io::stdout();
     for p in paths {
         let mut r = fs.open(p).await?;
-        copy(&mut r, &mut out, &Progress::none())
+        copy_file(&mut r, &mut out, &Progress::none())
             .await
             .with_context(|| p.clone())?;
     }
@@ -362,7 +364,7 @@ pub async fn tail(fs: &FileSystem, path: &str, follow: bool) -> anyhow::Result<(
     loop {
         if r.len() > pos {
             r.seek(SeekFrom::Start(pos)).await?;
-            pos += copy(&mut r, &mut out, &Progress::none()).await?;
+            pos += copy_file(&mut r, &mut out, &Progress::none()).await?;
         }
         if !follow {
             return Ok(());
@@ -370,6 +372,26 @@ pub async fn tail(fs: &FileSystem, path: &str, follow: bool) -> anyhow::Result<(
         tokio::time::sleep(TAIL_POLL).await;
         r = fs.open(path).await?;
     }
+}
+
+/// Copies the rest of Sluice file `from` to `to` with the reader's own buffers (no copy into
+/// a buffer of ours: `FileReader::read_bytes`); returns the bytes copied.
+async fn copy_file<W>(from: &mut FileReader, to: &mut W, bar: &Progress) -> anyhow::Result<u64>
+where
+    W: AsyncWrite + Unpin,
+{
+    let mut total = 0u64;
+    loop {
+        let b = from.read_bytes(COPY_BUFFER).await?;
+        if b.is_empty() {
+            break;
+        }
+        to.write_all(&b).await?;
+        total += b.len() as u64;
+        bar.advance(b.len() as u64);
+    }
+    to.flush().await?;
+    Ok(total)
 }
 
 /// Copies `from` to `to` through a fixed buffer; returns the bytes copied.
