@@ -278,6 +278,7 @@ async fn a_client_killed_mid_block_leaves_every_received_packet_in_the_last_repl
     with_timeout(LIMIT, "client killed", async {
         let c = cluster(no_idle).await;
         let cfg = c.client_config();
+        let packet = cfg.write_packet_size.as_usize();
         let data = random_bytes(MIB - 64 * KIB, 6);
         // The client lives in its own runtime, shut down below: all its tasks and connections
         // die at once, as in a crash.
@@ -315,7 +316,7 @@ async fn a_client_killed_mid_block_leaves_every_received_packet_in_the_last_repl
             || async { m.buffered_replicas.get() == 0 },
         )
         .await;
-        let received = m.packets_received.get() as usize * 64 * KIB;
+        let received = m.packets_received.get() as usize * packet;
         assert!(received >= 512 * KIB, "the hflushed bytes at least");
         let file = std::fs::read(&c.replica_files(last, lb.block.id.0)[0]).unwrap();
         assert_eq!(

@@ -9,7 +9,7 @@
 use sluice_client::{
     ClientError, FileSystem, FileWriter, PipelineFailure, ReplaceFailure, WriteOptions,
 };
-use sluice_common::config::{HumanDuration, ReplacePolicy};
+use sluice_common::config::{ByteSize, HumanDuration, ReplacePolicy};
 use sluice_common::rpc::{Health, LocatedBlock};
 use sluice_common::{DatanodeId, Status};
 use sluice_tests::proxy::{Fault, Link, LinkFaults};
@@ -26,11 +26,14 @@ const BLOCK: u64 = 1024 * 1024;
 /// 5 DataNodes behind link proxies, replication 3, 1 MiB blocks, stale after 2 s, dead after
 /// 4 s, and a re-replication whose copy did not arrive rescheduled after 3 s (a copy aimed at
 /// a DataNode that was just killed fails): re-replication repairs what recovery left short.
+/// Packets of 64 KiB (HDFS's size; the default is 256 KiB): the scenarios fail DataNodes
+/// after the first packets of a few hundred KB were sent.
 fn builder() -> sluice_tests::MiniClusterBuilder {
     sluice_tests::init_logging();
     MiniCluster::builder()
         .datanodes(5)
         .block_size(BLOCK)
+        .configure_client(|c| c.write_packet_size = ByteSize::kib(64))
         .liveness(Duration::from_secs(2), Duration::from_secs(4))
         .configure_metadata(|m| m.replication_pending_timeout = HumanDuration::secs(3))
         .link_proxies(true)

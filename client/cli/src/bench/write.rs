@@ -4,9 +4,9 @@
 //! 1. one writer, one large file (`--single-size`, 1 GiB);
 //! 2. `--writers` (32) writers at once, `--writer-size` (8 MiB) each.
 //!
-//! Files are written in 64 KiB packets (the client's `write.packet.size`) and closed, which
-//! fsyncs every replica (`sync.on.close`). Reported per configuration: MB/s of file data, CPU
-//! seconds per GiB (the whole process: client, DataNodes and metadata service of the embedded
+//! Files are written in packets of the client's `write.packet.size` (256 KiB by default) and
+//! closed, which fsyncs every replica (`sync.on.close`). Reported per configuration: MB/s of
+//! file data, CPU seconds per GiB (the whole process: client, DataNodes and metadata service of the embedded
 //! cluster), per-file write latency, and — from the DataNodes' own counters — block-file write
 //! calls per MiB on a buffered replica and on an unbuffered one.
 //!
