@@ -132,6 +132,18 @@ impl Drop for SeekDisk {
     }
 }
 
+/// The hddfs counters of the `hdd-seek` mount at `dir` so far (as its daemon last wrote
+/// them, at most half a second ago); `None` without that profile.
+pub fn seek_counters(args: &ProfileArgs, dir: &Path) -> Option<crate::hddfs::Stats> {
+    if args.disk_profile != DiskProfile::HddSeek {
+        return None;
+    }
+    let mut name = dir.file_name()?.to_os_string();
+    name.push(".stats.json");
+    let text = std::fs::read_to_string(dir.with_file_name(name)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// Mounts hddfs at `dir` (empty), backed by a sibling directory `<dir>.hddfs-backing`,
 /// charging the replica files (`blk_*`: block data and checksums) only.
 fn mount_seek_disk(dir: &Path) -> anyhow::Result<SeekDisk> {
@@ -271,18 +283,8 @@ impl Active {
                 .map(|m| m.stats())
                 .unwrap_or_default();
             return format!(
-                "disk profile charged: read {:.1} MB in {} requests, written {:.1} MB in {} \
-                 requests, {} seeks, {} fsyncs charged ({} free), head busy {:.1} s ({:.1} s \
-                 positioning), queue up to {}, memory peak {}",
-                s.read_bytes as f64 / 1e6,
-                s.reads,
-                s.write_bytes as f64 / 1e6,
-                s.writes,
-                s.seeks,
-                s.fsyncs_charged,
-                s.fsyncs_free,
-                s.busy_secs,
-                s.positioning_secs,
+                "disk profile charged: {}, queue up to {}, memory peak {}",
+                s.line(),
                 s.max_queue,
                 ByteSize(peak),
             );

@@ -121,6 +121,45 @@ pub struct Stats {
     pub max_queue: u64,
 }
 
+impl Stats {
+    /// What happened between `before` and these counters (`max_queue`: these counters').
+    pub fn since(&self, before: &Stats) -> Stats {
+        Stats {
+            reads: self.reads - before.reads.min(self.reads),
+            writes: self.writes - before.writes.min(self.writes),
+            fsyncs_charged: self.fsyncs_charged - before.fsyncs_charged.min(self.fsyncs_charged),
+            fsyncs_free: self.fsyncs_free - before.fsyncs_free.min(self.fsyncs_free),
+            read_bytes: self.read_bytes - before.read_bytes.min(self.read_bytes),
+            write_bytes: self.write_bytes - before.write_bytes.min(self.write_bytes),
+            seeks: self.seeks - before.seeks.min(self.seeks),
+            busy_secs: (self.busy_secs - before.busy_secs).max(0.0),
+            positioning_secs: (self.positioning_secs - before.positioning_secs).max(0.0),
+            max_queue: self.max_queue,
+        }
+    }
+
+    /// One line: requests, bytes, mean request sizes, seeks, head time.
+    pub fn line(&self) -> String {
+        let kib = |b: u64, n: u64| b as f64 / n.max(1) as f64 / 1024.0;
+        format!(
+            "read {:.1} MB in {} requests ({:.0} KiB each), written {:.1} MB in {} requests \
+             ({:.0} KiB each), {} seeks, {} fsyncs charged ({} free), head busy {:.1} s ({:.1} s \
+             positioning)",
+            self.read_bytes as f64 / 1e6,
+            self.reads,
+            kib(self.read_bytes, self.reads),
+            self.write_bytes as f64 / 1e6,
+            self.writes,
+            kib(self.write_bytes, self.writes),
+            self.seeks,
+            self.fsyncs_charged,
+            self.fsyncs_free,
+            self.busy_secs,
+            self.positioning_secs,
+        )
+    }
+}
+
 /// A request waiting for the head (its ticket).
 pub type Ticket = u64;
 

@@ -72,10 +72,12 @@ impl Disk {
         self.head.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for the head, then for the service time of `op` on `len` bytes at `addr`.
-    fn charge(&self, addr: u64, op: Op, len: u64) {
+    /// Waits for the head, then for the service time of `op` on `len` bytes at `addr`, for
+    /// a request that `arrived` (before this process did its real IO, which so overlaps the
+    /// modelled time instead of adding to it).
+    fn charge(&self, addr: u64, op: Op, len: u64, arrived: Instant) {
         let mut h = self.lock();
-        let key = h.arrive(addr, Instant::now());
+        let key = h.arrive(addr, arrived);
         while h.next() != Some(key) {
             h = self.turn.wait(h).unwrap_or_else(|e| e.into_inner());
         }
@@ -451,13 +453,14 @@ impl Filesystem for Hddfs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let arrived = Instant::now();
         let r = self
             .file(fh)
             .and_then(|f| read_at(&f, offset, size as usize));
         match r {
             Ok(data) => {
                 if let (Some(addr), false) = (self.address(ino, offset, false), data.is_empty()) {
-                    self.disk.charge(addr, Op::Read, data.len() as u64);
+                    self.disk.charge(addr, Op::Read, data.len() as u64, arrived);
                 }
                 reply.data(&data)
             }
@@ -477,10 +480,12 @@ impl Filesystem for Hddfs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let arrived = Instant::now();
         match self.file(fh).and_then(|f| f.write_all_at(data, offset)) {
             Ok(()) => {
                 if let Some(addr) = self.address(ino, offset, true) {
-                    self.disk.charge(addr, Op::Write, data.len() as u64);
+                    self.disk
+                        .charge(addr, Op::Write, data.len() as u64, arrived);
                 }
                 reply.written(data.len() as u32)
             }
@@ -535,7 +540,7 @@ impl Filesystem for Hddfs {
             })
         };
         match flush {
-            Some((false, base)) => self.disk.charge(base, Op::Flush, 0),
+            Some((false, base)) => self.disk.charge(base, Op::Flush, 0, Instant::now()),
             Some((true, _)) => self.disk.lock().free_fsync(),
             None => {}
         }

@@ -73,15 +73,21 @@ pub struct HddfsArgs {
 pub fn run(args: &HddfsArgs) -> anyhow::Result<ExitCode> {
     let (session, disk) = serve(&args.backing, &args.mount, &args.charge, args.threads)?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = args.stats.clone().map(|path| {
-        let (disk, stop) = (disk.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                write_stats(&path, &disk);
-                std::thread::sleep(Duration::from_millis(500));
-            }
+    let writer = args
+        .stats
+        .clone()
+        .map(|path| {
+            let (disk, stop) = (disk.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("hddfs-stats".into())
+                .spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        write_stats(&path, &disk);
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                })
         })
-    });
+        .transpose()?;
     wait_for_stop()?;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(w) = writer {
