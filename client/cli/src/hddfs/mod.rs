@@ -26,6 +26,12 @@
 //!   for the whole platter), the drive's write cache, and the backing directory's own costs
 //!   (it is never synced; it stands for the platter).
 //!
+//! - **The FUSE path's own limits:** the mount's read-ahead window is set to that of the disk
+//!   holding the backing directory (FUSE's `init` can only lower the kernel's default); the
+//!   kernel gives a FUSE mount a writeback device with `strict_limit` and `max_ratio` 1 %, so
+//!   its dirty pages are capped far lower (~48 MB on a 23 GiB machine) than ext4's on a real
+//!   disk. Left as the kernel sets it: it applies to both sides of a comparison alike.
+//!
 //! The daemon runs as its own process, so the page cache of the backing files and its CPU
 //! are not the benchmark's. It writes its counters ([`Stats`]) as JSON to `--stats` twice a
 //! second and at exit, and stops — unmounting — when its standard input closes (its parent
