@@ -1,10 +1,12 @@
 //! The disk hddfs charges: a virtual platter (where each file's bytes lie) and one head that
 //! serves one request at a time, in elevator order, with a 7,200 rpm disk's service times.
 //!
-//! Plain logic, no FUSE and no clock of its own (`now` is passed in), so it is tested alone.
+//! [`Head`] and [`Layout`] are plain logic, no FUSE and no clock of their own (`now` is passed
+//! in), so they are tested alone; [`Disk`] is the head behind a lock that requests wait on.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The figures of a 7,200 rpm 3.5" SATA disk, datasheet-style (e.g. a 1-4 TB enterprise
@@ -269,6 +271,48 @@ impl Head {
     /// What the head did so far.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+/// The head and the condition its waiters wait on.
+#[derive(Debug)]
+pub struct Disk {
+    /// The head, its queue and its counters.
+    pub head: Mutex<Head>,
+    turn: Condvar,
+}
+
+impl Disk {
+    /// A disk with `head`.
+    pub fn new(head: Head) -> Disk {
+        Disk {
+            head: Mutex::new(head),
+            turn: Condvar::new(),
+        }
+    }
+
+    /// Locks the head (a panicked holder left it consistent: every change is one call).
+    pub fn lock(&self) -> MutexGuard<'_, Head> {
+        self.head.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the head, then for the service time of `op` on `len` bytes at `addr`, for
+    /// a request that `arrived` (before this process did its real IO, which so overlaps the
+    /// modelled time instead of adding to it).
+    pub fn charge(&self, addr: u64, op: Op, len: u64, arrived: Instant) {
+        let mut h = self.lock();
+        let key = h.arrive(addr, arrived);
+        while h.next() != Some(key) {
+            h = self.turn.wait(h).unwrap_or_else(|e| e.into_inner());
+        }
+        let end = h.start(key, op, len);
+        drop(h);
+        let now = Instant::now();
+        if end > now {
+            std::thread::sleep(end - now);
+        }
+        self.lock().finish();
+        self.turn.notify_all();
     }
 }
 

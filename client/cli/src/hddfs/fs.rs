@@ -8,242 +8,22 @@
 //! page cache until the kernel writes them back (flusher, fsync, reclaim, unmount) — those
 //! write-backs are the write requests the model sees.
 
-use super::disk::{Head, Layout, Op};
+use super::disk::Op;
+use super::passthrough::Hddfs;
+use super::passthrough::{attr, fuse_ino, read_at};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
-use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::{
-    DirBuilderExt, DirEntryExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt,
-};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::os::unix::fs::{DirBuilderExt, DirEntryExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long the kernel may trust an entry or attributes.
 const TTL: Duration = Duration::from_secs(1);
-
-/// A backing inode the kernel knows.
-#[derive(Debug)]
-struct Node {
-    path: PathBuf,
-    /// The file's first byte on the platter (regular files).
-    base: Option<u64>,
-    /// Whether its requests are charged (its name has the charged prefix).
-    charged: bool,
-    /// Written since its last fsync.
-    dirty: bool,
-}
-
-#[derive(Debug)]
-struct Table {
-    root_ino: u64,
-    nodes: HashMap<u64, Node>,
-    files: HashMap<u64, Arc<File>>,
-    next_fh: u64,
-    layout: Layout,
-}
-
-/// The head and the condition its waiters wait on.
-#[derive(Debug)]
-pub struct Disk {
-    /// The head, its queue and its counters.
-    pub head: Mutex<Head>,
-    turn: Condvar,
-}
-
-impl Disk {
-    /// A disk with `head`.
-    pub fn new(head: Head) -> Disk {
-        Disk {
-            head: Mutex::new(head),
-            turn: Condvar::new(),
-        }
-    }
-
-    /// Locks the head (a panicked holder left it consistent: every change is one call).
-    pub fn lock(&self) -> MutexGuard<'_, Head> {
-        self.head.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits for the head, then for the service time of `op` on `len` bytes at `addr`, for
-    /// a request that `arrived` (before this process did its real IO, which so overlaps the
-    /// modelled time instead of adding to it).
-    fn charge(&self, addr: u64, op: Op, len: u64, arrived: Instant) {
-        let mut h = self.lock();
-        let key = h.arrive(addr, arrived);
-        while h.next() != Some(key) {
-            h = self.turn.wait(h).unwrap_or_else(|e| e.into_inner());
-        }
-        let end = h.start(key, op, len);
-        drop(h);
-        let now = Instant::now();
-        if end > now {
-            std::thread::sleep(end - now);
-        }
-        self.lock().finish();
-        self.turn.notify_all();
-    }
-}
-
-/// The [`Filesystem`] of one mount.
-pub struct Hddfs {
-    table: Mutex<Table>,
-    disk: Arc<Disk>,
-    prefix: String,
-}
-
-impl Hddfs {
-    /// A pass-through to `backing` charging `disk` for files whose name starts with `prefix`
-    /// (every file if it is empty).
-    pub fn new(backing: &Path, disk: Arc<Disk>, prefix: String, capacity: u64) -> io::Result<Self> {
-        let meta = std::fs::metadata(backing)?;
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            1,
-            Node {
-                path: backing.to_path_buf(),
-                base: None,
-                charged: false,
-                dirty: false,
-            },
-        );
-        let table = Table {
-            root_ino: meta.ino(),
-            nodes,
-            files: HashMap::new(),
-            next_fh: 1,
-            layout: Layout::new(capacity),
-        };
-        Ok(Hddfs {
-            table: Mutex::new(table),
-            disk,
-            prefix,
-        })
-    }
-
-    fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The backing path of `ino`.
-    fn path(&self, ino: INodeNo) -> io::Result<PathBuf> {
-        let t = self.table();
-        t.nodes
-            .get(&ino.0)
-            .map(|n| n.path.clone())
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
-    }
-
-    /// Stats `path` (the entry `name`) and remembers it; its attributes.
-    fn remember(&self, path: PathBuf) -> io::Result<FileAttr> {
-        let meta = std::fs::symlink_metadata(&path)?;
-        let mut t = self.table();
-        let ino = fuse_ino(t.root_ino, meta.ino());
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let charged = name.is_some_and(|n| n.starts_with(&self.prefix));
-        if let Some(n) = t.nodes.get_mut(&ino) {
-            n.path = path;
-        } else {
-            let base = meta.is_file().then(|| t.layout.place(meta.len()));
-            t.nodes.insert(
-                ino,
-                Node {
-                    path,
-                    base,
-                    charged,
-                    dirty: false,
-                },
-            );
-        }
-        Ok(attr(ino, &meta))
-    }
-
-    fn child(&self, parent: INodeNo, name: &OsStr) -> io::Result<PathBuf> {
-        Ok(self.path(parent)?.join(name))
-    }
-
-    fn file(&self, fh: FileHandle) -> io::Result<Arc<File>> {
-        self.table()
-            .files
-            .get(&fh.0)
-            .cloned()
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
-    }
-
-    fn add_file(&self, f: File) -> FileHandle {
-        let mut t = self.table();
-        let fh = t.next_fh;
-        t.next_fh += 1;
-        t.files.insert(fh, Arc::new(f));
-        FileHandle(fh)
-    }
-
-    /// The platter address of byte `offset` of `ino`, if its requests are charged; marks it
-    /// written when `write`.
-    fn address(&self, ino: INodeNo, offset: u64, write: bool) -> Option<u64> {
-        let mut t = self.table();
-        let n = t.nodes.get_mut(&ino.0)?;
-        if write {
-            n.dirty = true;
-        }
-        n.charged.then_some(n.base?.saturating_add(offset))
-    }
-
-    fn open_backing(&self, ino: INodeNo, flags: i32) -> io::Result<FileHandle> {
-        let path = self.path(ino)?;
-        // The kernel reads pages around partial writes with the writeback cache, so a
-        // write-only open is opened for reading too; O_APPEND is the kernel's business then.
-        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(write)
-            .custom_flags(flags & libc::O_NOFOLLOW)
-            .open(path)?;
-        Ok(self.add_file(f))
-    }
-}
-
-fn fuse_ino(root: u64, ino: u64) -> u64 {
-    if ino == root {
-        1
-    } else {
-        ino
-    }
-}
-
-fn attr(ino: u64, meta: &std::fs::Metadata) -> FileAttr {
-    let time = |s: i64, ns: i64| {
-        UNIX_EPOCH + Duration::new(s.max(0) as u64, ns.clamp(0, 999_999_999) as u32)
-    };
-    FileAttr {
-        ino: INodeNo(ino),
-        size: meta.len(),
-        blocks: meta.blocks(),
-        atime: time(meta.atime(), meta.atime_nsec()),
-        mtime: time(meta.mtime(), meta.mtime_nsec()),
-        ctime: time(meta.ctime(), meta.ctime_nsec()),
-        crtime: time(meta.ctime(), meta.ctime_nsec()),
-        kind: if meta.is_dir() {
-            FileType::Directory
-        } else {
-            FileType::RegularFile
-        },
-        perm: (meta.mode() & 0o7777) as u16,
-        nlink: meta.nlink() as u32,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
 
 fn entry(reply: ReplyEntry, r: io::Result<FileAttr>) {
     match r {
@@ -257,22 +37,6 @@ fn empty(reply: ReplyEmpty, r: io::Result<()>) {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(Errno::from(e)),
     }
-}
-
-/// Reads up to `len` bytes at `offset` (fewer only at the end of the file).
-fn read_at(f: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0; len];
-    let mut done = 0;
-    while done < len {
-        match f.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(done);
-    Ok(buf)
 }
 
 impl Filesystem for Hddfs {

@@ -41,6 +41,7 @@
 pub mod disk;
 mod fs;
 pub mod mount;
+mod passthrough;
 
 pub use disk::Stats;
 pub use mount::Mount;
@@ -114,14 +115,14 @@ pub fn serve(
     mountpoint: &Path,
     charge: &str,
     threads: usize,
-) -> anyhow::Result<(fuser::BackgroundSession, Arc<fs::Disk>)> {
+) -> anyhow::Result<(fuser::BackgroundSession, Arc<disk::Disk>)> {
     anyhow::ensure!(
         Path::new("/dev/fuse").exists(),
         "hddfs needs /dev/fuse (and root, and fusermount3 from Debian fuse3)"
     );
     let geometry = Geometry::default();
-    let disk = Arc::new(fs::Disk::new(Head::new(geometry)));
-    let fs = fs::Hddfs::new(backing, disk.clone(), charge.to_string(), geometry.capacity)
+    let disk = Arc::new(disk::Disk::new(Head::new(geometry)));
+    let fs = passthrough::Hddfs::new(backing, disk.clone(), charge.to_string(), geometry.capacity)
         .with_context(|| format!("backing directory {}", backing.display()))?;
     let mut config = Config::default();
     config.mount_options = vec![
@@ -160,7 +161,7 @@ fn match_read_ahead(mountpoint: &Path, backing: &Path) -> anyhow::Result<()> {
 }
 
 /// Writes the counters to `path` whole (a temporary file renamed over it).
-fn write_stats(path: &Path, disk: &fs::Disk) {
+fn write_stats(path: &Path, disk: &disk::Disk) {
     let stats = disk.lock().stats().clone();
     let Ok(text) = serde_json::to_string(&stats) else {
         return;
