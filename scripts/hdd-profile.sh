@@ -9,6 +9,10 @@
 #   scripts/hdd-profile.sh probe DIR                fio-style probe inside the profile: O_DIRECT
 #                                                   1 MiB sequential and 4 KiB random reads and
 #                                                   writes, measured against the configured limits
+#   scripts/hdd-profile.sh probe-seek DIR [SLUICE]  the same kind of probe inside an hddfs mount
+#                                                   (the hdd-seek profile's model, `SLUICE hddfs`,
+#                                                   default ./target/release/sluice) under DIR,
+#                                                   plus 2 and 16 interleaved buffered writers
 #
 # Needs root and the blkio and memory controllers at /sys/fs/cgroup. SLUICE_HDD_MEMORY (bytes,
 # default 1 GiB) sets the memory limit. The cgroups (sluice-hdd-PID) are removed on exit.
@@ -100,6 +104,79 @@ probe() {
   python3 -c "$PROBE_PY" "$dir/hdd-probe.$$" 256 3 "$BLKIO/blkio.throttle.io_serviced" "$dev" "$BPS" "$IOPS"
 }
 
+# The hdd-seek probe: one python3 process on the hddfs mount; after each row the model's
+# counters (its stats file, rewritten twice a second) give the requests, seeks and mean
+# request size the row cost; "model" is what the model's formulas give for that pattern.
+PROBE_SEEK_PY='
+import json, mmap, os, random, sys, threading, time
+mnt, stats = sys.argv[1], sys.argv[2]
+MiB, CAP, RATE = 1 << 20, 1e12, 150e6
+def seek(d): return 1e-3 + 15e-3 * min(d / CAP, 1) ** 0.5
+def st():
+    time.sleep(0.7)
+    with open(stats) as f: return json.load(f)
+def row(name, v, unit, model, a, b):
+    req = (b["reads"] + b["writes"]) - (a["reads"] + a["writes"])
+    by = (b["read_bytes"] + b["write_bytes"]) - (a["read_bytes"] + a["write_bytes"])
+    print("%-44s %8.1f %-4s %8.1f %-4s %8d %7d %9.0f" % (name, v, unit, model, unit, req, b["seeks"] - a["seeks"], by / max(req, 1) / 1024))
+big = mmap.mmap(-1, MiB); big.write(os.urandom(MiB)); small = mmap.mmap(-1, 4096)
+path = os.path.join(mnt, "seq"); blocks = 256
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
+a, t0 = st(), time.time()
+for i in range(blocks): os.pwritev(fd, [big], i * MiB)
+os.fsync(fd); t = time.time() - t0
+row("write 1 MiB O_DIRECT sequential", blocks / t * 1.048576, "MB/s", RATE / 1e6, a, st())
+a, t0 = st(), time.time()
+for i in range(blocks): os.preadv(fd, [big], i * MiB)
+t = time.time() - t0
+row("read 1 MiB O_DIRECT sequential", blocks / t * 1.048576, "MB/s", RATE / 1e6, a, st())
+def rand(name, span, secs=4):
+    a, t0, n = st(), time.time(), 0
+    while time.time() - t0 < secs:
+        os.preadv(fd, [small], random.randrange(span // 4096) * 4096); n += 1
+    # mean seek over uniform random pairs in the span: E[sqrt(|x-y|)] = 8/15 sqrt(span)
+    model = 1 / (1e-3 + 15e-3 * (8 / 15) * (span / CAP) ** 0.5 + 4.167e-3 + 4096 / RATE)
+    row(name, n / (time.time() - t0), "IOPS", model, a, st())
+rand("read 4 KiB O_DIRECT random, 256 MiB file", blocks * MiB)
+os.ftruncate(fd, int(0.9 * CAP))
+rand("read 4 KiB O_DIRECT random, 900 GB sparse", int(0.9 * CAP))
+os.close(fd); os.unlink(path)
+def writers(n, per=64 * MiB, piece=64 << 10):
+    data = os.urandom(piece)
+    def one(i):
+        f = os.open(os.path.join(mnt, "w%d-%d" % (n, i)), os.O_WRONLY | os.O_CREAT, 0o600)
+        for _ in range(per // piece): os.write(f, data)
+        os.fsync(f); os.close(f)
+    a, t0 = st(), time.time()
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    t = time.time() - t0
+    # one writer: the platter rate; more: what the model gives if every 64 KiB write reached
+    # the disk interleaved with the others (a short seek + half a turn each)
+    model = RATE / 1e6 if n == 1 else piece / (seek(n * 136 * MiB / 2) + 4.167e-3 + piece / RATE) / 1e6
+    row("%d writers x 64 MiB, 64 KiB writes, fsync" % n, n * per / t / 1e6, "MB/s", model, a, st())
+    for i in range(n): os.unlink(os.path.join(mnt, "w%d-%d" % (n, i)))
+writers(1)
+writers(2)
+writers(16)
+'
+
+probe_seek() {
+  local dir=$1 sluice=${2:-./target/release/sluice} pid
+  [ -x "$sluice" ] || die "no $sluice: build it (cargo build --release -p sluice-cli --bins)"
+  mkdir -p "$dir/backing" "$dir/mnt"
+  # The daemon stops (and unmounts) when its standard input closes: keep a pipe open to it.
+  exec 3> >("$sluice" hddfs --backing "$dir/backing" --mount "$dir/mnt" --stats "$dir/stats.json")
+  for _ in $(seq 100); do [ -e "$dir/stats.json" ] && break; sleep 0.1; done
+  [ -e "$dir/stats.json" ] || die "hddfs did not start"
+  printf '%-44s %13s %13s %8s %7s %9s\n' probe measured model requests seeks 'KiB/req'
+  python3 -c "$PROBE_SEEK_PY" "$dir/mnt" "$dir/stats.json" || true
+  exec 3>&-
+  for _ in $(seq 100); do mountpoint -q "$dir/mnt" || break; sleep 0.1; done
+  rm -rf "$dir/backing" "$dir/stats.json"; rmdir "$dir/mnt" || true
+}
+
 case "${1:-}" in
   run)
     [ $# -ge 4 ] && [ "$3" = "--" ] || die "usage: $0 run DIR -- CMD ARGS..."
@@ -111,5 +188,9 @@ case "${1:-}" in
     [ $# -eq 2 ] || die "usage: $0 probe DIR"
     probe "$2"
     ;;
-  *) die "usage: $0 run DIR -- CMD ARGS... | probe DIR" ;;
+  probe-seek)
+    [ $# -ge 2 ] && [ $# -le 3 ] || die "usage: $0 probe-seek DIR [SLUICE]"
+    probe_seek "$2" "${3:-}"
+    ;;
+  *) die "usage: $0 run DIR -- CMD ARGS... | probe DIR | probe-seek DIR [SLUICE]" ;;
 esac

@@ -14,6 +14,7 @@ mod admin;
 mod bench;
 mod dfs;
 mod format;
+mod hddfs;
 mod health;
 mod local;
 
@@ -59,6 +60,10 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Probe a service's HTTP endpoint; exit 0 if healthy, 1 if not (container healthchecks).
     Health(health::HealthArgs),
+    /// The seeking-disk model of `bench --disk-profile hdd-seek` (a FUSE daemon the
+    /// benchmark starts; docs/benchmarks.md).
+    #[command(hide = true)]
+    Hddfs(hddfs::HddfsArgs),
 }
 
 impl Command {
@@ -69,6 +74,7 @@ impl Command {
             Command::Local(_) => "local",
             Command::Bench(c) => c.name(),
             Command::Health(_) => "health",
+            Command::Hddfs(_) => "hddfs",
         }
     }
 }
@@ -115,6 +121,7 @@ async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         Command::Local(args) => local::run(args, &globals).await,
         Command::Bench(c) => bench::run(c, &globals).await,
         Command::Health(_) => Ok(ExitCode::SUCCESS), // answered above
+        Command::Hddfs(_) => anyhow::bail!("hddfs runs outside the runtime"), // see main
     }
 }
 
@@ -154,6 +161,13 @@ where
         .map(|c| c.log)
         .unwrap_or_default();
     sluice_common::telemetry::init_with(default_level, &log);
+    // The disk model's daemon blocks on its FUSE session: no runtime of ours around it.
+    if let Command::Hddfs(args) = &cli.command {
+        return hddfs::run(args).unwrap_or_else(|e| {
+            eprintln!("sluice: hddfs: {}", one_line(&e));
+            ExitCode::FAILURE
+        });
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

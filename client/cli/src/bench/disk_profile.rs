@@ -47,6 +47,9 @@ pub enum DiskProfile {
     None,
     /// A 7,200 rpm disk: 170 requests/s, 150 MB/s, a small page cache.
     Hdd,
+    /// A 7,200 rpm disk modelled by a FUSE layer that charges seek, rotation and transfer by
+    /// where each request lands (`sluice hddfs`), with the same small page cache.
+    HddSeek,
 }
 
 /// The profile flags every cluster benchmark takes.
@@ -98,12 +101,75 @@ struct Group {
     origin: PathBuf,
 }
 
-/// The process inside the profile's cgroups until dropped.
+/// The process inside the profile's cgroups (and, for `hdd-seek`, the cluster's directory
+/// on hddfs) until dropped.
 #[derive(Debug)]
 pub struct Active {
-    blkio: Group,
+    /// `hdd` only.
+    blkio: Option<Group>,
     memory: Group,
     device: String,
+    /// `hdd-seek` only.
+    seek: Option<SeekDisk>,
+}
+
+/// The hddfs mount of `hdd-seek`: the daemon and its backing directory.
+#[derive(Debug)]
+struct SeekDisk {
+    mount: Option<crate::hddfs::Mount>,
+    backing: PathBuf,
+}
+
+impl Drop for SeekDisk {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            if let Err(e) = m.stop() {
+                eprintln!("disk profile: {e:#}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.backing);
+        let _ = std::fs::remove_file(self.backing.with_extension("stats.json"));
+    }
+}
+
+/// The hddfs counters of the `hdd-seek` mount at `dir` so far (as its daemon last wrote
+/// them, at most half a second ago); `None` without that profile.
+pub fn seek_counters(args: &ProfileArgs, dir: &Path) -> Option<crate::hddfs::Stats> {
+    if args.disk_profile != DiskProfile::HddSeek {
+        return None;
+    }
+    let mut name = dir.file_name()?.to_os_string();
+    name.push(".stats.json");
+    let text = std::fs::read_to_string(dir.with_file_name(name)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Mounts hddfs at `dir` (empty), backed by a sibling directory `<dir>.hddfs-backing`,
+/// charging the replica files (`blk_*`: block data and checksums) only.
+fn mount_seek_disk(dir: &Path) -> anyhow::Result<SeekDisk> {
+    let mut name = dir
+        .file_name()
+        .context("--dir needs a final component for hdd-seek")?
+        .to_os_string();
+    name.push(".hddfs-backing");
+    let backing = dir.with_file_name(name);
+    anyhow::ensure!(
+        !backing.exists(),
+        "{} exists (a killed run?): remove it first",
+        backing.display()
+    );
+    let exe = std::env::current_exe().context("finding the sluice binary for hddfs")?;
+    let mut seek = SeekDisk {
+        mount: None,
+        backing,
+    };
+    seek.mount = Some(crate::hddfs::Mount::start(
+        &exe,
+        &seek.backing,
+        dir,
+        "blk_",
+    )?);
+    Ok(seek)
 }
 
 /// Moves this process into a fresh HDD cgroup when `args` asks for one; `dir` is on the disk
@@ -114,12 +180,26 @@ pub fn enter(args: &ProfileArgs, dir: &Path) -> anyhow::Result<Option<Active>> {
     }
     let device = whole_disk(dir)?;
     let name = format!("{PREFIX}{}", std::process::id());
-    let blkio = group("blkio", &name)?;
-    let memory = group("memory", &name).inspect_err(|_| remove(&blkio))?;
+    // The daemon starts before this process enters the memory cgroup, so that its own page
+    // cache (the backing files) and memory are not charged to the benchmark.
+    let seek = match args.disk_profile {
+        DiskProfile::HddSeek => Some(mount_seek_disk(dir)?),
+        _ => None,
+    };
+    let blkio = match args.disk_profile {
+        DiskProfile::Hdd => Some(group("blkio", &name)?),
+        _ => None,
+    };
+    let memory = group("memory", &name).inspect_err(|_| {
+        if let Some(b) = &blkio {
+            remove(b)
+        }
+    })?;
     let active = Active {
         blkio,
         memory,
         device,
+        seek,
     };
     active.configure(args.disk_profile_memory)?;
     eprintln!("disk profile: {}", active.describe());
@@ -128,7 +208,16 @@ pub fn enter(args: &ProfileArgs, dir: &Path) -> anyhow::Result<Option<Active>> {
 
 impl Active {
     fn configure(&self, memory: ByteSize) -> anyhow::Result<()> {
-        let b = &self.blkio.created;
+        let pid = std::process::id().to_string();
+        let m = &self.memory.created;
+        write(
+            &m.join("memory.limit_in_bytes"),
+            &memory.bytes().to_string(),
+        )?;
+        let Some(blkio) = &self.blkio else {
+            return write(&m.join("cgroup.procs"), &pid);
+        };
+        let b = &blkio.created;
         let d = &self.device;
         write(
             &b.join("blkio.throttle.read_iops_device"),
@@ -146,12 +235,6 @@ impl Active {
             &b.join("blkio.throttle.write_bps_device"),
             &format!("{d} {HDD_BPS}"),
         )?;
-        let m = &self.memory.created;
-        write(
-            &m.join("memory.limit_in_bytes"),
-            &memory.bytes().to_string(),
-        )?;
-        let pid = std::process::id().to_string();
         write(&b.join("cgroup.procs"), &pid)?;
         write(&m.join("cgroup.procs"), &pid)
     }
@@ -162,10 +245,22 @@ impl Active {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .map_or_else(|| "?".into(), |b| ByteSize(b).to_string());
+        let Some(blkio) = &self.blkio else {
+            return format!(
+                "hdd-seek: hddfs (a 7,200 rpm disk: 1-16 ms seek by distance, 4.17 ms half \
+                 a turn, 150 MB/s, one head, C-LOOK) serving the cluster's directory from \
+                 {}, charging blk_* files; memory {} (pid {}) limit {limit}",
+                self.seek
+                    .as_ref()
+                    .map_or_else(|| "?".into(), |s| s.backing.display().to_string()),
+                self.memory.created.display(),
+                std::process::id(),
+            );
+        };
         format!(
             "hdd: blkio {} and memory {} (pid {}): device {} throttled to {HDD_IOPS} IOPS and \
              {} MB/s read and write, memory limit {limit}",
-            self.blkio.created.display(),
+            blkio.created.display(),
             self.memory.created.display(),
             std::process::id(),
             self.device,
@@ -176,13 +271,27 @@ impl Active {
     /// What the cgroup was charged so far: bytes and requests read and written on the
     /// device, and the memory high-water mark.
     pub fn charged(&self) -> String {
-        let b = &self.blkio.created;
-        let bytes = io_stat(&b.join("blkio.throttle.io_service_bytes"), &self.device);
-        let reqs = io_stat(&b.join("blkio.throttle.io_serviced"), &self.device);
         let peak = std::fs::read_to_string(self.memory.created.join("memory.max_usage_in_bytes"))
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(0);
+        let Some(blkio) = &self.blkio else {
+            let s = self
+                .seek
+                .as_ref()
+                .and_then(|s| s.mount.as_ref())
+                .map(|m| m.stats())
+                .unwrap_or_default();
+            return format!(
+                "disk profile charged: {}, queue up to {}, memory peak {}",
+                s.line(),
+                s.max_queue,
+                ByteSize(peak),
+            );
+        };
+        let b = &blkio.created;
+        let bytes = io_stat(&b.join("blkio.throttle.io_service_bytes"), &self.device);
+        let reqs = io_stat(&b.join("blkio.throttle.io_serviced"), &self.device);
         format!(
             "disk profile charged: read {:.1} MB in {} requests, written {:.1} MB in {} \
              requests (writeback by the kernel's flushers is not charged), memory peak {}",
@@ -203,10 +312,12 @@ impl Active {
 impl Drop for Active {
     fn drop(&mut self) {
         let pid = std::process::id().to_string();
-        for g in [&self.blkio, &self.memory] {
+        for g in self.blkio.iter().chain([&self.memory]) {
             let _ = write(&g.origin.join("cgroup.procs"), &pid);
             remove(g);
         }
+        // Then the hddfs mount, if any (SeekDisk's drop: the daemon stops and unmounts).
+        drop(self.seek.take());
     }
 }
 

@@ -127,6 +127,8 @@ struct Sample {
     write_lat: Latencies,
     read_lat: Latencies,
     counters: WriteCounters,
+    /// What the `hdd-seek` disk model charged during the timed part.
+    disk: Option<crate::hddfs::Stats>,
 }
 
 /// Keeps the bytes near the read share: a side that is ahead waits.
@@ -260,7 +262,16 @@ async fn embedded(args: &MixedArgs, g: &Globals) -> anyhow::Result<Report> {
             if !args.keep {
                 let _ = std::fs::remove_dir_all(&dir);
             }
-            samples[ci].push(s?);
+            let s = s?;
+            if let Some(d) = &s.disk {
+                report.notes.push(format!(
+                    "hdd-seek, {} run {run}, timed part ({:.0} s): {}",
+                    config.name(),
+                    s.secs,
+                    d.line()
+                ));
+            }
+            samples[ci].push(s);
         }
     }
     for (ci, config) in args.configs.iter().enumerate() {
@@ -301,6 +312,7 @@ async fn phase(fs: &FileSystem, args: &MixedArgs, dir: Option<&Path>) -> anyhow:
         .await??;
     }
     let before = scrape(fs).await?;
+    let disk_before = super::disk_profile::seek_counters(&args.profile, &args.dir);
     let cpu = process_cpu_secs();
     let ratio = args.read_share / (1.0 - args.read_share);
     let gov = Arc::new(Governor {
@@ -337,6 +349,9 @@ async fn phase(fs: &FileSystem, args: &MixedArgs, dir: Option<&Path>) -> anyhow:
     let secs = started.elapsed().as_secs_f64();
     let cpu = process_cpu_secs() - cpu;
     let counters = scrape(fs).await?.since(&before);
+    let disk = disk_before.and_then(|b| {
+        super::disk_profile::seek_counters(&args.profile, &args.dir).map(|a| a.since(&b))
+    });
     let _ = fs.delete("/bench/mixed", true).await;
     Ok(Sample {
         read_bytes: gov.read.load(Ordering::Relaxed),
@@ -346,6 +361,7 @@ async fn phase(fs: &FileSystem, args: &MixedArgs, dir: Option<&Path>) -> anyhow:
         write_lat,
         read_lat,
         counters,
+        disk,
     })
 }
 

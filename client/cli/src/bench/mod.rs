@@ -2,8 +2,9 @@
 //! embedded cluster (or, with `--metadata`, on an existing one). One module per benchmark:
 //! [`read`] (streaming read), [`write`] and [`mixed`] (write-memory batching), [`meta`]
 //! (metadata-service throughput); [`disk_profile`] gives a benchmark's cluster the costs of a
-//! hard disk (`--disk-profile hdd`); [`floor`] measures what the same bytes cost without
-//! Sluice (loopback hops and file writes or reads by plain threads); [`report`] holds
+//! hard disk (`--disk-profile hdd`, cgroup throttles, or `hdd-seek`, the `hddfs` seek model);
+//! [`floor`] measures what the same bytes cost without Sluice (loopback hops and file writes or
+//! reads by plain threads); [`report`] holds
 //! what the write-path benchmarks measure and print; [`cache`] warms and evicts the page
 //! cache of a cluster's replica files and describes the machine; the helpers below start a cluster.
 
