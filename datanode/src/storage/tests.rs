@@ -402,3 +402,44 @@ fn an_append_cut_between_its_renames_comes_back_as_the_finalized_replica() {
     );
     assert_files_valid(&ds, 11, &all);
 }
+
+#[test]
+fn a_state_change_waits_only_for_its_own_blocks_lock() {
+    use super::dataset::LOCK_STRIPES;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let (ds, _m) = open(&[dir.path().to_path_buf()]);
+    let ds = Arc::new(ds);
+    let create = |id: u64| {
+        let (ds, (tx, rx)) = (Arc::clone(&ds), mpsc::channel());
+        let t = std::thread::Builder::new().name(format!("create-{id}"));
+        let h = t
+            .spawn(move || {
+                let r = ds.create(BlockId(id), GenerationStamp(1), 512, BlockStage::Create);
+                let _ = tx.send(r.map(|_| ()));
+            })
+            .unwrap();
+        (rx, h)
+    };
+    let held = ds.hold_lock(BlockId(1));
+    // Another block's create (and its directory fsync) does not wait for block 1's lock...
+    let (other, t2) = create(2);
+    other
+        .recv_timeout(Duration::from_secs(20))
+        .expect("block 2 was created while block 1's lock was held")
+        .unwrap();
+    // ...while a block sharing block 1's stripe does.
+    let (same, t65) = create(1 + LOCK_STRIPES as u64);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        matches!(same.try_recv(), Err(mpsc::TryRecvError::Empty)),
+        "a create of a block on the held stripe finished"
+    );
+    drop(held);
+    same.recv_timeout(Duration::from_secs(20))
+        .expect("the create finished once the lock was free")
+        .unwrap();
+    t2.join().unwrap();
+    t65.join().unwrap();
+}

@@ -26,7 +26,7 @@ impl Dataset {
         block: ExtendedBlock,
         recovery_id: GenerationStamp,
     ) -> Result<ReplicaInfo> {
-        let _g = self.guard();
+        let _g = self.guard(block.id);
         let id = block.id;
         let e = self
             .get(id)
@@ -91,7 +91,7 @@ impl Dataset {
         recovery_id: GenerationStamp,
         new_length: u64,
     ) -> Result<ReplicaEntry> {
-        let _g = self.guard();
+        let _g = self.guard(id);
         let e = self
             .get(id)
             .ok_or(DatanodeError::ReplicaNotFound { block: id })?;
