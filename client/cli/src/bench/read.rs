@@ -180,7 +180,7 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
         dir,
         piece: g.config.read_piece_bytes.as_usize(),
     });
-    for threads in [1, args.threads] {
+    for threads in thread_counts(args) {
         let set = &paths[..threads];
         let rows = experiment(&fs, args, local, set, &caches, &modes, &label).await?;
         report.rows.extend(rows);
@@ -199,7 +199,7 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
         dn.read_prefetch_fadvise = fadvise;
         let (cluster, fs) = start_cluster(args, g, dir, &dn).await?;
         wait_healthy(&fs).await?;
-        for threads in [1, args.threads] {
+        for threads in thread_counts(args) {
             let set = &paths[..threads];
             let stream = [ReadMode::Stream];
             let rows = experiment(&fs, args, local, set, &caches, &stream, &label).await?;
@@ -210,6 +210,15 @@ async fn measure_embedded(args: &ReadArgs, g: &Globals, dir: &Path) -> anyhow::R
     report.check_cold();
     report.compute_ratios();
     Ok(report)
+}
+
+/// The reader counts of the experiments: one, then `--threads` (once when that is one).
+fn thread_counts(args: &ReadArgs) -> Vec<usize> {
+    if args.threads > 1 {
+        vec![1, args.threads]
+    } else {
+        vec![1]
+    }
 }
 
 fn advice_name(a: PrefetchAdvice) -> &'static str {
@@ -256,7 +265,7 @@ async fn run_existing(args: &ReadArgs, g: &Globals) -> anyhow::Result<Report> {
     report.write_mb_per_s = write_files(&fs, args, &paths).await?;
     report.loopback = loopback(args).await?;
     let modes = [ReadMode::Stream, ReadMode::Chunk];
-    for threads in [1, args.threads] {
+    for threads in thread_counts(args) {
         let set = &paths[..threads];
         let caches = [CacheState::AsIs];
         let rows = experiment(&fs, args, None, set, &caches, &modes, "as configured");

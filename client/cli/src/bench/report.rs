@@ -265,6 +265,24 @@ pub async fn scrape(fs: &FileSystem) -> anyhow::Result<WriteCounters> {
     Ok(total)
 }
 
+/// Replicas finalized and replicas deleted so far, summed over the live DataNodes (their
+/// `replicas_finalized` and `replicas_deleted` counters).
+pub async fn replica_counts(fs: &FileSystem) -> anyhow::Result<(u64, u64)> {
+    let report = fs.cluster_report().await?;
+    let (mut finalized, mut deleted) = (0, 0);
+    for dn in report
+        .datanodes
+        .iter()
+        .filter(|d| d.state == NodeState::Live)
+    {
+        let m = parse_metrics(&http_get(&dn.id.http_addr, "/metrics").await?);
+        let get = |n: &str| m.get(n).or_else(|| m.get(&format!("{n}_total"))).copied();
+        finalized += get("replicas_finalized").unwrap_or(0);
+        deleted += get("replicas_deleted").unwrap_or(0);
+    }
+    Ok((finalized, deleted))
+}
+
 /// `sluice_datanode_<name> <value>` lines.
 fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
     text.lines()

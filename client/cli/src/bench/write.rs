@@ -16,6 +16,9 @@
 //! to the floor's and the ratios (JSON: `mb_s`, `cpu_s_per_gib`, `floor_mb_s`,
 //! `floor_cpu_s_per_gib`, `mb_s_vs_floor`, `cpu_vs_floor`).
 //!
+//! After each experiment its files are deleted and the benchmark waits, untimed, until the
+//! DataNodes have unlinked the replicas, as the floor removes its files before it returns.
+//!
 //! Each configuration (`--configs`, default `off,last`) gets a fresh embedded cluster under
 //! `--dir`, removed afterwards unless `--keep`; `--runs` repeats everything, cycling through
 //! the configurations so that drift on a shared machine hits all alike. With the global
@@ -23,7 +26,8 @@
 
 use super::floor::{self, FloorSample, VsFloor, WriteChain};
 use super::report::{
-    opt, print_table, process_cpu_secs, scrape, Latencies, Machine, Spread, WriteCounters,
+    opt, print_table, process_cpu_secs, replica_counts, scrape, Latencies, Machine, Spread,
+    WriteCounters,
 };
 use super::{embedded_cluster, fresh_dir, Batching};
 use crate::Globals;
@@ -239,6 +243,7 @@ async fn measure(fs: &FileSystem, args: &WriteArgs, exp: Experiment) -> anyhow::
     };
     let data = Arc::new(random_block(4 << 20));
     let before = scrape(fs).await?;
+    let replicas_before = replica_counts(fs).await?;
     let cpu = process_cpu_secs();
     let started = Instant::now();
     let tasks: Vec<_> = (0..files)
@@ -258,12 +263,35 @@ async fn measure(fs: &FileSystem, args: &WriteArgs, exp: Experiment) -> anyhow::
     let counters = scrape(fs).await?.since(&before);
     let bytes = files as u64 * size;
     let _ = fs.delete(FILES_DIR, true).await;
+    replicas_gone(fs, replicas_before).await;
     Ok(Sample {
         mb_per_s: bytes as f64 / secs.max(1e-9) / 1e6,
         cpu_per_gib: cpu / (bytes as f64 / (1u64 << 30) as f64),
         latencies,
         counters,
     })
+}
+
+/// Waits (untimed, at most a minute) until the DataNodes have deleted as many replicas as
+/// they finalized since `before`: the metadata service sends deletions with the DataNodes'
+/// heartbeats, and unlinking gigabytes of replica files while the next experiment runs would
+/// charge it for this one's clean-up (the floor removes its files before it returns).
+async fn replicas_gone(fs: &FileSystem, before: (u64, u64)) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match replica_counts(fs).await {
+            Ok((fin, del)) if del.saturating_sub(before.1) >= fin.saturating_sub(before.0) => {
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("bench: reading the DataNodes' replica counters: {e:#}");
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    eprintln!("bench: the DataNodes did not delete the experiment's replicas within 60 s");
 }
 
 /// The experiment's bytes without Sluice ([`floor::write`]): as many hops and files as the
