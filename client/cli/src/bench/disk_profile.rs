@@ -61,6 +61,10 @@ pub struct ProfileArgs {
     /// Memory (page cache included) of the benchmark process under --disk-profile hdd.
     #[arg(long, default_value = "1GiB", value_parser = ByteSize::parse)]
     pub disk_profile_memory: ByteSize,
+    /// The kernel's read-ahead window on the hdd-seek mount (default: the read-ahead of the
+    /// disk under --dir, as under `hdd`). A SATA disk's default is 128KiB.
+    #[arg(long, value_parser = ByteSize::parse)]
+    pub disk_profile_read_ahead: Option<ByteSize>,
 }
 
 /// Runs `fut` (a benchmark on its own cluster under `dir`, which exists) inside the profile
@@ -120,6 +124,13 @@ struct SeekDisk {
     backing: PathBuf,
 }
 
+impl SeekDisk {
+    /// The mount's read-ahead window in bytes, as the kernel has it.
+    fn read_ahead(&self) -> Option<u64> {
+        crate::hddfs::read_ahead(self.mount.as_ref()?.mountpoint()).ok()
+    }
+}
+
 impl Drop for SeekDisk {
     fn drop(&mut self) {
         if let Some(m) = self.mount.take() {
@@ -145,8 +156,9 @@ pub fn seek_counters(args: &ProfileArgs, dir: &Path) -> Option<crate::hddfs::Sta
 }
 
 /// Mounts hddfs at `dir` (empty), backed by a sibling directory `<dir>.hddfs-backing`,
-/// charging the replica files (`blk_*`: block data and checksums) only.
-fn mount_seek_disk(dir: &Path) -> anyhow::Result<SeekDisk> {
+/// charging the replica files (`blk_*`: block data and checksums) only; with `read_ahead`,
+/// the mount's read-ahead window is set to it.
+fn mount_seek_disk(dir: &Path, read_ahead: Option<ByteSize>) -> anyhow::Result<SeekDisk> {
     let mut name = dir
         .file_name()
         .context("--dir needs a final component for hdd-seek")?
@@ -168,6 +180,7 @@ fn mount_seek_disk(dir: &Path) -> anyhow::Result<SeekDisk> {
         &seek.backing,
         dir,
         "blk_",
+        read_ahead.map(|ra| ra.bytes() / 1024),
     )?);
     Ok(seek)
 }
@@ -182,8 +195,13 @@ pub fn enter(args: &ProfileArgs, dir: &Path) -> anyhow::Result<Option<Active>> {
     let name = format!("{PREFIX}{}", std::process::id());
     // The daemon starts before this process enters the memory cgroup, so that its own page
     // cache (the backing files) and memory are not charged to the benchmark.
+    anyhow::ensure!(
+        args.disk_profile_read_ahead.is_none() || args.disk_profile == DiskProfile::HddSeek,
+        "--disk-profile-read-ahead is for --disk-profile hdd-seek (under hdd the read-ahead is \
+         the device's, shared with the whole machine)"
+    );
     let seek = match args.disk_profile {
-        DiskProfile::HddSeek => Some(mount_seek_disk(dir)?),
+        DiskProfile::HddSeek => Some(mount_seek_disk(dir, args.disk_profile_read_ahead)?),
         _ => None,
     };
     let blkio = match args.disk_profile {
@@ -249,10 +267,15 @@ impl Active {
             return format!(
                 "hdd-seek: hddfs (a 7,200 rpm disk: 1-16 ms seek by distance, 4.17 ms half \
                  a turn, 150 MB/s, one head, C-LOOK) serving the cluster's directory from \
-                 {}, charging blk_* files; memory {} (pid {}) limit {limit}",
+                 {}, charging blk_* files, kernel read-ahead {}; memory {} (pid {}) limit \
+                 {limit}",
                 self.seek
                     .as_ref()
                     .map_or_else(|| "?".into(), |s| s.backing.display().to_string()),
+                self.seek
+                    .as_ref()
+                    .and_then(|s| s.read_ahead())
+                    .map_or_else(|| "?".into(), |b| ByteSize(b).to_string()),
                 self.memory.created.display(),
                 std::process::id(),
             );
@@ -471,6 +494,7 @@ mod tests {
         let mut args = ProfileArgs {
             disk_profile: DiskProfile::Hdd,
             disk_profile_memory: ByteSize(1 << 30),
+            disk_profile_read_ahead: None,
         };
         assert!(refuse_existing(&args, true).is_err());
         assert!(refuse_existing(&args, false).is_ok());

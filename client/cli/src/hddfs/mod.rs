@@ -74,11 +74,21 @@ pub struct HddfsArgs {
     /// FUSE threads: requests the model can hold at once (a drive's queue is 32 deep).
     #[arg(long, default_value_t = 32)]
     pub threads: usize,
+    /// The mount's read-ahead window in KiB (default: the read-ahead of the disk holding
+    /// --backing).
+    #[arg(long)]
+    pub read_ahead_kb: Option<u64>,
 }
 
 /// Runs the daemon until its standard input closes or it is told to stop.
 pub fn run(args: &HddfsArgs) -> anyhow::Result<ExitCode> {
-    let (session, disk) = serve(&args.backing, &args.mount, &args.charge, args.threads)?;
+    let (session, disk) = serve(
+        &args.backing,
+        &args.mount,
+        &args.charge,
+        args.threads,
+        args.read_ahead_kb,
+    )?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = args
         .stats
@@ -109,12 +119,14 @@ pub fn run(args: &HddfsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Mounts `backing` at `mountpoint` served by threads of this process, charging files whose
-/// name starts with `charge`; the session (dropping it unmounts) and the disk.
+/// name starts with `charge`, with a read-ahead window of `read_ahead_kb` (default: the
+/// disk's); the session (dropping it unmounts) and the disk.
 pub fn serve(
     backing: &Path,
     mountpoint: &Path,
     charge: &str,
     threads: usize,
+    read_ahead_kb: Option<u64>,
 ) -> anyhow::Result<(fuser::BackgroundSession, Arc<disk::Disk>)> {
     anyhow::ensure!(
         Path::new("/dev/fuse").exists(),
@@ -140,7 +152,11 @@ pub fn serve(
         )
     })?;
     mount::wait_mounted(mountpoint, true)?;
-    if let Err(e) = match_read_ahead(mountpoint, backing) {
+    let set = match read_ahead_kb {
+        Some(kb) => set_read_ahead(mountpoint, kb),
+        None => match_read_ahead(mountpoint, backing),
+    };
+    if let Err(e) = set {
         eprintln!("hddfs: read-ahead left at the kernel's FUSE default: {e:#}");
     }
     Ok((session, disk))
@@ -150,14 +166,32 @@ pub fn serve(
 /// only lower the kernel's 128 KiB default; the mount's bdi, `0:<minor>`, can be raised), so
 /// that `hdd` and `hdd-seek` read ahead alike. Requests stay at most 1 MiB (`max_pages`).
 fn match_read_ahead(mountpoint: &Path, backing: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt as _;
     let disk = crate::bench::disk_profile::whole_disk(backing)?;
     let kb = std::fs::read_to_string(format!("/sys/dev/block/{disk}/queue/read_ahead_kb"))?;
+    let kb = kb.trim().parse().context("the disk's read_ahead_kb")?;
+    set_read_ahead(mountpoint, kb)
+}
+
+/// Sets the read-ahead window of the FUSE mount at `mountpoint` to `kb` KiB.
+pub fn set_read_ahead(mountpoint: &Path, kb: u64) -> anyhow::Result<()> {
+    let bdi = read_ahead_file(mountpoint)?;
+    std::fs::write(&bdi, kb.to_string()).with_context(|| format!("writing {bdi}"))?;
+    Ok(())
+}
+
+/// The read-ahead window of the FUSE mount at `mountpoint`, in bytes.
+pub fn read_ahead(mountpoint: &Path) -> anyhow::Result<u64> {
+    let bdi = read_ahead_file(mountpoint)?;
+    let kb = std::fs::read_to_string(&bdi).with_context(|| format!("reading {bdi}"))?;
+    Ok(kb.trim().parse::<u64>().context("read_ahead_kb")? * 1024)
+}
+
+/// The mount's bdi (`0:<minor>`) file holding its read-ahead in KiB.
+fn read_ahead_file(mountpoint: &Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::MetadataExt as _;
     let dev = std::fs::metadata(mountpoint)?.dev();
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
-    let bdi = format!("/sys/class/bdi/0:{minor}/read_ahead_kb");
-    std::fs::write(&bdi, kb.trim()).with_context(|| format!("writing {bdi}"))?;
-    Ok(())
+    Ok(format!("/sys/class/bdi/0:{minor}/read_ahead_kb"))
 }
 
 /// Writes the counters to `path` whole (a temporary file renamed over it).

@@ -18,14 +18,20 @@ pub struct Mount {
 }
 
 impl Mount {
+    /// Where the file system is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
     /// Starts `exe hddfs` (the `sluice` binary) over `backing` (created) at `mountpoint`
-    /// (which must exist), charging files whose name starts with `charge`, and waits until
-    /// the mount is there.
+    /// (which must exist), charging files whose name starts with `charge`, with a read-ahead
+    /// window of `read_ahead_kb` (default: the disk's), and waits until the mount is there.
     pub fn start(
         exe: &Path,
         backing: &Path,
         mountpoint: &Path,
         charge: &str,
+        read_ahead_kb: Option<u64>,
     ) -> anyhow::Result<Mount> {
         anyhow::ensure!(
             Path::new("/dev/fuse").exists()
@@ -45,6 +51,7 @@ impl Mount {
             .arg(&stats)
             .arg("--charge")
             .arg(charge)
+            .args(read_ahead_kb.map(|kb| format!("--read-ahead-kb={kb}")))
             .stdin(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {} hddfs", exe.display()))?;
@@ -54,7 +61,12 @@ impl Mount {
             stats,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !is_mount(mountpoint) {
+        // Mounted, and with the read-ahead asked for, which the daemon sets right after.
+        let ready = |p: &Path| {
+            is_mount(p)
+                && read_ahead_kb.is_none_or(|kb| super::read_ahead(p).ok() == Some(kb * 1024))
+        };
+        while !ready(mountpoint) {
             if let Some(c) = m.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
                     anyhow::bail!("sluice hddfs exited before mounting: {status}");

@@ -141,12 +141,24 @@ fn hddfs_charges_interleaved_writes_a_seek_each_and_reads_back_exactly() {
         .arg(&mnt)
         .arg("--stats")
         .arg(&stats)
+        .arg("--read-ahead-kb=384")
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !is_mount(&mnt) {
         assert!(Instant::now() < deadline, "not mounted after 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The mount reads ahead the window asked for (its bdi is 0:<minor of the mount>).
+    let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(&mnt).unwrap());
+    let bdi = format!(
+        "/sys/class/bdi/0:{}/read_ahead_kb",
+        (dev & 0xff) | ((dev >> 12) & !0xff)
+    );
+    let ra = || std::fs::read_to_string(&bdi).unwrap_or_default();
+    while ra().trim() != "384" {
+        assert!(Instant::now() < deadline, "{bdi} is {} after 10 s", ra());
         std::thread::sleep(Duration::from_millis(20));
     }
     let (tx, rx) = mpsc::channel();
