@@ -33,6 +33,7 @@ pub mod html;
 pub mod http_limits;
 pub(crate) mod ids;
 #[cfg(feature = "telemetry")]
+pub mod memory;
 pub mod metrics;
 pub mod peer_limit;
 pub mod proto;

@@ -3,10 +3,12 @@
 
 /// mimalloc keeps freed pages for reuse: with glibc every 1 MiB read piece and packet buffer
 /// came back from the kernel zero-filled and went back to it (page faults and TLB shootdowns
-/// between the runtime threads; docs/benchmarks.md, "fifth round").
+/// between the runtime threads; docs/benchmarks.md, "fifth round"). Its arenas are kept
+/// off transparent huge pages (`sluice_common::memory`).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    sluice_common::memory::disable_transparent_huge_pages();
     sluice_datanode::command::main(std::env::args_os())
 }
