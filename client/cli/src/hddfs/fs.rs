@@ -32,6 +32,14 @@ fn entry(reply: ReplyEntry, r: io::Result<FileAttr>) {
     }
 }
 
+/// Answers with the attributes of `ino` from `r`'s metadata, or its error.
+fn attr_reply(reply: ReplyAttr, ino: INodeNo, r: io::Result<std::fs::Metadata>) {
+    match r {
+        Ok(m) => reply.attr(&TTL, &attr(ino.0, &m)),
+        Err(e) => reply.error(Errno::from(e)),
+    }
+}
+
 fn empty(reply: ReplyEmpty, r: io::Result<()>) {
     match r {
         Ok(()) => reply.ok(),
@@ -62,11 +70,11 @@ impl Filesystem for Hddfs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = self.path(ino).and_then(std::fs::symlink_metadata);
-        match r {
-            Ok(m) => reply.attr(&TTL, &attr(ino.0, &m)),
-            Err(e) => reply.error(Errno::from(e)),
-        }
+        attr_reply(
+            reply,
+            ino,
+            self.path(ino).and_then(std::fs::symlink_metadata),
+        );
     }
 
     fn setattr(
@@ -99,10 +107,7 @@ impl Filesystem for Hddfs {
             }
             std::fs::symlink_metadata(&path)
         });
-        match r {
-            Ok(m) => reply.attr(&TTL, &attr(ino.0, &m)),
-            Err(e) => reply.error(Errno::from(e)),
-        }
+        attr_reply(reply, ino, r);
     }
 
     fn mknod(
