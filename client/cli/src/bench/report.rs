@@ -252,15 +252,9 @@ fn per_mib(calls: u64, bytes: u64) -> Option<f64> {
 
 /// Sums the write counters of every live DataNode, read from their HTTP `/metrics`.
 pub async fn scrape(fs: &FileSystem) -> anyhow::Result<WriteCounters> {
-    let report = fs.cluster_report().await?;
     let mut total = WriteCounters::default();
-    for dn in report
-        .datanodes
-        .iter()
-        .filter(|d| d.state == NodeState::Live)
-    {
-        let text = http_get(&dn.id.http_addr, "/metrics").await?;
-        total.add(&parse_metrics(&text));
+    for m in live_metrics(fs).await? {
+        total.add(&m);
     }
     Ok(total)
 }
@@ -268,19 +262,29 @@ pub async fn scrape(fs: &FileSystem) -> anyhow::Result<WriteCounters> {
 /// Replicas finalized and replicas deleted so far, summed over the live DataNodes (their
 /// `replicas_finalized` and `replicas_deleted` counters).
 pub async fn replica_counts(fs: &FileSystem) -> anyhow::Result<(u64, u64)> {
-    let report = fs.cluster_report().await?;
     let (mut finalized, mut deleted) = (0, 0);
-    for dn in report
-        .datanodes
-        .iter()
-        .filter(|d| d.state == NodeState::Live)
-    {
-        let m = parse_metrics(&http_get(&dn.id.http_addr, "/metrics").await?);
+    for m in live_metrics(fs).await? {
         let get = |n: &str| m.get(n).or_else(|| m.get(&format!("{n}_total"))).copied();
         finalized += get("replicas_finalized").unwrap_or(0);
         deleted += get("replicas_deleted").unwrap_or(0);
     }
     Ok((finalized, deleted))
+}
+
+/// The `/metrics` of every live DataNode, parsed.
+async fn live_metrics(fs: &FileSystem) -> anyhow::Result<Vec<BTreeMap<String, u64>>> {
+    let report = fs.cluster_report().await?;
+    let mut all = Vec::new();
+    for dn in report
+        .datanodes
+        .iter()
+        .filter(|d| d.state == NodeState::Live)
+    {
+        all.push(parse_metrics(
+            &http_get(&dn.id.http_addr, "/metrics").await?,
+        ));
+    }
+    Ok(all)
 }
 
 /// `sluice_datanode_<name> <value>` lines.
