@@ -248,6 +248,9 @@ metrics! {
     /// Of those, pieces whose data went from the page cache to the socket with `sendfile`
     /// (`read.sendfile`), never through a buffer.
     stream_pieces_sendfile: Counter = "stream_pieces_sendfile",
+    /// Of those, pieces whose data went to the socket with `send(2)` straight from a mapping
+    /// of the block file (`read.mmap.enabled`), never through a buffer.
+    stream_pieces_mapped: Counter = "stream_pieces_mapped",
     /// ReadChunk chunks sent.
     chunks_sent: Counter = "chunks_sent",
     /// Of those, chunks found in the page cache and sent with `sendfile` (`read.sendfile`).

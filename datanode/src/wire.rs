@@ -2,6 +2,7 @@
 //! send a message and to receive one within a timeout.
 
 use crate::error::{DatanodeError, Result};
+use crate::sys::FileMap;
 use bytes::Bytes;
 use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::framed::{self, TimedError};
@@ -66,6 +67,50 @@ pub async fn write_from_file(
     (file, offset, len): (&File, u64, usize),
     timeout: Duration,
 ) -> Result<()> {
+    let send = |sock, at: u64, left| {
+        let mut pos = offset + at;
+        crate::sys::sendfile(sock, file, &mut pos, left)
+    };
+    write_frame_tail(w, msg, head, len, send, timeout).await
+}
+
+/// As [`write_from_file`], the file's bytes sent with `send(2)` from a mapping of the block
+/// file ([`FileMap`]): one copy, into the socket, and none into a buffer of ours first.
+pub async fn write_from_map(
+    w: &mut FrameWriter,
+    msg: &Message,
+    head: &[u8],
+    (map, offset, len): (&FileMap, u64, usize),
+    timeout: Duration,
+) -> Result<()> {
+    let send = |sock, at: u64, left| {
+        map.send(sock, offset + at, left).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EFAULT) {
+                std::io::Error::other(format!(
+                    "the block file no longer holds bytes {}..{} (truncated while they were \
+                     sent)",
+                    offset + at,
+                    offset + len as u64
+                ))
+            } else {
+                e
+            }
+        })
+    };
+    write_frame_tail(w, msg, head, len, send, timeout).await
+}
+
+/// Writes one frame whose payload is `head` and then `len` bytes that `send(socket, at,
+/// left)` puts on the socket itself (`at` bytes of them sent so far; it returns how many it
+/// sent, `WouldBlock` when the socket is full, 0 if the source ended early), within `timeout`.
+async fn write_frame_tail(
+    w: &mut FrameWriter,
+    msg: &Message,
+    head: &[u8],
+    len: usize,
+    mut send: impl FnMut(std::os::unix::io::RawFd, u64, usize) -> std::io::Result<usize>,
+    timeout: Duration,
+) -> Result<()> {
     let prefix =
         sluice_common::frame::encode_prefix(msg, head.len() + len, w.encoder().max_frame())
             .map_err(DatanodeError::from)?;
@@ -79,20 +124,21 @@ pub async fn write_from_file(
         let mut buf = bytes::Buf::chain(prefix.as_slice(), head);
         w.get_mut().write_all_buf(&mut buf).await?;
         let sock: &TcpStream = w.get_ref().as_ref();
-        let (mut at, end) = (offset, offset + len as u64);
+        let (mut at, end) = (0u64, len as u64);
         while at < end {
             sock.writable().await?;
             let left = (end - at) as usize;
-            match sock.try_io(Interest::WRITABLE, || {
-                crate::sys::sendfile(sock.as_raw_fd(), file, &mut at, left)
-            }) {
+            match sock.try_io(Interest::WRITABLE, || send(sock.as_raw_fd(), at, left)) {
                 Ok(0) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
-                        format!("the block file ended at {at}, before {end}, during sendfile"),
+                        format!(
+                            "the block file ended {at} bytes into a {len}-byte piece, \
+                             while sending it"
+                        ),
                     ))
                 }
-                Ok(_) => {}
+                Ok(n) => at += n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }

@@ -150,6 +150,11 @@ pub struct DatanodeConfig {
     /// first.
     #[serde(rename = "read.sendfile")]
     pub read_sendfile: SendfileMode,
+    /// Send the data of a streaming read's cached pieces that do not go with `sendfile` from a
+    /// read-only mapping of the block file (`send(2)` copies it once, into the socket), rather
+    /// than reading it into a buffer first.
+    #[serde(rename = "read.mmap.enabled")]
+    pub read_mmap: bool,
     /// Node-wide cap on read-buffer memory: the read-ahead windows of streaming reads and the
     /// reply buffers of chunk reads. A read that does not fit is answered `ERROR_BUSY` at once
     /// (a stream first gives up its read-ahead); the client tries another replica or later.
@@ -229,6 +234,7 @@ impl Default for DatanodeConfig {
             read_buffer_max_bytes: ByteSize::gib(1),
             read_prefetch_fadvise: PrefetchAdvice::Auto,
             read_sendfile: SendfileMode::Auto,
+            read_mmap: true,
         }
     }
 }

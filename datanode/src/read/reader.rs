@@ -113,9 +113,9 @@ impl PieceSource {
         Ok(Some(p))
     }
 
-    /// The next piece as a [`FilePiece`] to send with `sendfile`, only if its data is all in
-    /// the page cache; `Err(sums)` when it is not (or the kernel cannot tell), with nothing
-    /// consumed.
+    /// The next piece as a [`FilePiece`] to send from the block file (with `sendfile` or from
+    /// a mapping), only if its data is all in the page cache; `Err(sums)` when it is not (or
+    /// the kernel cannot tell), with nothing consumed.
     pub fn next_file_piece(&mut self, sums: BytesMut) -> std::result::Result<FilePiece, BytesMut> {
         if self.next >= self.end {
             return Err(sums);
@@ -133,18 +133,36 @@ impl PieceSource {
         self.next += len;
         self.metrics.stream_pieces_read.inc();
         self.metrics.stream_pieces_cached.inc();
-        self.metrics.stream_pieces_sendfile.inc();
         Ok(p)
     }
 
     /// Drops the pages behind the read position (`read.ahead.cache.bytes.threshold`); for
-    /// pieces sent with `sendfile`, called once the piece is on its way.
+    /// pieces sent from the block file, called once the piece is on its way (and, from a
+    /// mapping, unmapped: the kernel keeps mapped pages).
     pub fn drop_behind(&mut self) {
         self.prefetch
             .after_read(&self.replica.block, self.next, &self.metrics);
     }
 
-    /// The replica's block file (what `sendfile` sends from).
+    /// Where the range ends.
+    pub fn range_end(&self) -> u64 {
+        self.end
+    }
+
+    /// The block offset and data bytes of the next piece (no bytes at the end of the range).
+    pub fn next_range(&self) -> (u64, usize) {
+        (
+            self.next,
+            self.piece.min(self.end.saturating_sub(self.next)) as usize,
+        )
+    }
+
+    /// The path of the replica's block file, for errors.
+    pub fn block_path(&self) -> &std::path::Path {
+        &self.replica.block_path
+    }
+
+    /// The replica's block file (what `sendfile` sends from, and what is mapped).
     pub fn block_file(&self) -> &File {
         &self.replica.block
     }

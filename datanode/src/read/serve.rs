@@ -18,7 +18,7 @@ use super::window::ReadWindow;
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
-use crate::sys::{fadvise, Advice};
+use crate::sys::{fadvise, Advice, FileMap};
 use crate::wire::{self, FrameWriter};
 use bytes::{Bytes, BytesMut};
 use sluice_common::checksum;
@@ -178,6 +178,52 @@ fn use_sendfile(ctx: &Ctx, w: &FrameWriter) -> bool {
     }
 }
 
+/// How a streaming read sends the data of a piece found whole in the page cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CachedSend {
+    /// `sendfile` from the block file (`read.sendfile`).
+    Sendfile,
+    /// `send(2)` from a mapping of the block file (`read.mmap.enabled`).
+    Mapped,
+    /// Read into a buffer (`preadv2(RWF_NOWAIT)`), then written.
+    Buffer,
+}
+
+fn cached_send(ctx: &Ctx, w: &FrameWriter) -> CachedSend {
+    if use_sendfile(ctx, w) {
+        CachedSend::Sendfile
+    } else if ctx.cfg.read_mmap {
+        CachedSend::Mapped
+    } else {
+        CachedSend::Buffer
+    }
+}
+
+/// Bytes of a block file mapped at once for pieces sent from a mapping: several pieces per
+/// `mmap`/`munmap` pair (an unmap flushes the TLB of every core the process runs on).
+const MAP_WINDOW: u64 = 8 << 20;
+
+/// The mapping of `source`'s block file that `p` is sent from: `map` if it covers `p`, else a
+/// new one from `p` on, [`MAP_WINDOW`] bytes or to the range's end.
+fn map_for<'m>(
+    map: &'m mut Option<FileMap>,
+    source: &PieceSource,
+    p: &FilePiece,
+) -> Result<&'m FileMap> {
+    let m = match map.take() {
+        Some(m) if m.covers(p.offset, p.data_len) => m,
+        old => {
+            drop(old);
+            let len = MAP_WINDOW
+                .min(source.range_end().saturating_sub(p.offset))
+                .max(p.data_len as u64);
+            FileMap::new(source.block_file(), p.offset, len as usize)
+                .map_err(|e| DatanodeError::io("map", source.block_path(), e))?
+        }
+    };
+    Ok(map.insert(m))
+}
+
 /// Sends a piece whose data stays in the block file: header and checksums, then the data
 /// with `sendfile` ([`wire::write_from_file`]).
 async fn send_file_piece(
@@ -192,6 +238,24 @@ async fn send_file_piece(
     let t = ctx.socket_timeout();
     let data = (file, p.offset, p.data_len);
     wire::write_from_file(w, &Message::Chunk(header), &p.sums, data, t).await?;
+    ctx.metrics.bytes_read.add(p.data_len as u64);
+    Ok(())
+}
+
+/// Sends a piece whose data stays in the block file: header and checksums, then the data
+/// with `send(2)` from `map` ([`wire::write_from_map`]).
+async fn send_mapped_piece(
+    ctx: &Ctx,
+    w: &mut FrameWriter,
+    p: &FilePiece,
+    map: &FileMap,
+    replica: ExtendedBlock,
+    bpc: u32,
+) -> Result<()> {
+    let header = chunk_header(replica, p.offset, p.data_len, bpc);
+    let t = ctx.socket_timeout();
+    let data = (map, p.offset, p.data_len);
+    wire::write_from_map(w, &Message::Chunk(header), &p.sums, data, t).await?;
     ctx.metrics.bytes_read.add(p.data_len as u64);
     Ok(())
 }
@@ -300,8 +364,11 @@ async fn serve_cached(
     replica: ExtendedBlock,
     bpc: u32,
 ) -> Result<Option<ReadEnd>> {
-    let sendfile = use_sendfile(ctx, w);
+    let how = cached_send(ctx, w);
     let mut spare = BytesMut::new();
+    // The window of the block file mapped for `CachedSend::Mapped`; unmapped before the pages
+    // behind it are dropped (the kernel keeps mapped pages).
+    let mut map: Option<FileMap> = None;
     loop {
         if ctx.kill.is_cancelled() {
             return Err(DatanodeError::ShuttingDown);
@@ -310,26 +377,52 @@ async fn serve_cached(
             return Ok(Some(stopped()));
         }
         if source.next_payload_len().is_none() {
+            drop(map.take());
+            source.drop_behind();
             return Ok(Some(ReadEnd {
                 status: Status::Success,
                 message: String::new(),
             }));
         }
-        if sendfile {
+        if how != CachedSend::Buffer {
             match source.next_file_piece(spare) {
                 Ok(fp) => {
+                    let send = async {
+                        if how == CachedSend::Sendfile {
+                            send_file_piece(ctx, w, &fp, source.block_file(), replica, bpc).await
+                        } else {
+                            let m = map_for(&mut map, source, &fp)?;
+                            send_mapped_piece(ctx, w, &fp, m, replica, bpc).await
+                        }
+                    };
                     tokio::select! {
                         biased;
                         _ = ctx.kill.cancelled() => return Err(DatanodeError::ShuttingDown),
                         _ = ctx.shutdown.cancelled() => return Err(DatanodeError::ShuttingDown),
-                        r = send_file_piece(ctx, w, &fp, source.block_file(), replica, bpc) => r?,
+                        r = send => r?,
                     }
                     ctx.metrics.pieces_sent.inc();
-                    source.drop_behind();
+                    if how == CachedSend::Sendfile {
+                        ctx.metrics.stream_pieces_sendfile.inc();
+                    } else {
+                        ctx.metrics.stream_pieces_mapped.inc();
+                        let (next, len) = source.next_range();
+                        if map.as_ref().is_some_and(|m| !m.covers(next, len)) {
+                            map = None;
+                        }
+                    }
+                    if map.is_none() {
+                        source.drop_behind();
+                    }
                     spare = fp.sums;
                     continue;
                 }
-                Err(buf) => spare = buf,
+                Err(buf) => {
+                    // The rest is read into buffers, here or by the reader: nothing mapped
+                    // stays behind to keep its pages from being dropped.
+                    drop(map.take());
+                    spare = buf;
+                }
             }
         }
         let piece = match source.next_piece_cached(spare) {

@@ -198,30 +198,46 @@ fn set_cache(files: &[std::path::PathBuf], warm: bool) {
 async fn cached_pieces_are_sent_by_the_connection_and_the_rest_by_the_prefetching_reader() {
     with_timeout(LIMIT, "cached pieces", async {
         sluice_tests::init_logging();
-        for sendfile in [true, false] {
-            cached_and_cold_reads(sendfile).await;
+        for how in [CachedSend::Sendfile, CachedSend::Mapped, CachedSend::Buffer] {
+            cached_and_cold_reads(how).await;
         }
     })
     .await
 }
 
-/// A warm and a cold `ReadBlock` of one replica with `read.sendfile = sendfile`: which path
-/// each piece took.
-async fn cached_and_cold_reads(sendfile: bool) {
+/// How a DataNode is configured to send the data of cached pieces to a loopback reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CachedSend {
+    /// `read.sendfile = on`.
+    Sendfile,
+    /// `read.sendfile = auto` (never for loopback peers), `read.mmap.enabled = true`.
+    Mapped,
+    /// `read.sendfile = off`, `read.mmap.enabled = false`: read into a buffer.
+    Buffer,
+}
+
+impl CachedSend {
+    fn configure(self, c: &mut sluice_common::config::DatanodeConfig) {
+        (c.read_sendfile, c.read_mmap) = match self {
+            CachedSend::Sendfile => (SendfileMode::On, false),
+            CachedSend::Mapped => (SendfileMode::Auto, true),
+            CachedSend::Buffer => (SendfileMode::Off, false),
+        };
+    }
+}
+
+/// A warm and a cold `ReadBlock` of one replica, cached pieces sent `how`: which path each
+/// piece took.
+async fn cached_and_cold_reads(how: CachedSend) {
     let cluster = MiniCluster::builder()
-        .configure_datanodes(move |_, c| {
-            c.read_sendfile = if sendfile {
-                SendfileMode::On
-            } else {
-                SendfileMode::Off
-            }
-        })
+        .configure_datanodes(move |_, c| how.configure(c))
         .start()
         .await
         .unwrap();
     let fs = cluster.client().await.unwrap();
-    let data = random_bytes((6 * MIB + 7) as usize, 9);
-    write_all(&fs, "/c/f", &data, wopts(8 * MIB), 1 << 20)
+    // Nine 1 MiB pieces and one of 7 bytes: two 8 MiB mapping windows when mapped.
+    let data = random_bytes((9 * MIB + 7) as usize, 9);
+    write_all(&fs, "/c/f", &data, wopts(16 * MIB), 1 << 20)
         .await
         .unwrap();
     let lb = fs.get_block_locations("/c/f").await.unwrap().blocks[0].clone();
@@ -231,41 +247,43 @@ async fn cached_and_cold_reads(sendfile: bool) {
         .unwrap();
     let files = replica_and_meta(&cluster, i, lb.block.id.0);
     let m = cluster.datanode(i).unwrap().metrics();
-    let read = async |warm: bool| {
-        set_cache(&files, warm);
-        let before = (
+    let counts = || {
+        [
             m.stream_pieces_cached.get(),
             m.stream_pieces_sendfile.get(),
+            m.stream_pieces_mapped.get(),
             m.prefetch_hits.get() + m.prefetch_misses.get(),
-        );
+        ]
+    };
+    let read = async |warm: bool| {
+        set_cache(&files, warm);
+        let before = counts();
         let mut conn = RawConn::connect(&dn.data_addr)
             .await
             .unwrap()
             .with_token(lb.token.clone());
         let (got, _) = conn.read_replica(lb.block).await.unwrap();
-        assert!(
-            got == data,
-            "exact bytes (warm: {warm}, sendfile: {sendfile})"
-        );
-        (
-            m.stream_pieces_cached.get() - before.0,
-            m.stream_pieces_sendfile.get() - before.1,
-            m.prefetch_hits.get() + m.prefetch_misses.get() - before.2,
-        )
+        assert!(got == data, "exact bytes (warm: {warm}, {how:?})");
+        let after = counts();
+        std::array::from_fn::<u64, 4, _>(|k| after[k] - before[k])
     };
-    // 7 pieces (six of 1 MiB, one of 7 bytes): all in the page cache, all read and sent by
-    // the connection task — with sendfile when it is on.
-    let zero_copy = if sendfile { 7 } else { 0 };
+    // All ten pieces in the page cache, all read and sent by the connection task: with
+    // sendfile, from a mapping, or through a buffer.
+    let expect = match how {
+        CachedSend::Sendfile => [10, 10, 0, 0],
+        CachedSend::Mapped => [10, 0, 10, 0],
+        CachedSend::Buffer => [10, 0, 0, 0],
+    };
     assert_eq!(
         read(true).await,
-        (7, zero_copy, 0),
-        "warm, sendfile {sendfile}: (cached, sent with sendfile, through the reader)"
+        expect,
+        "warm, {how:?}: (cached, with sendfile, from a mapping, through the reader)"
     );
     // Nothing cached: the first piece already goes to the reader task, which keeps the rest.
     assert_eq!(
         read(false).await,
-        (0, 0, 7),
-        "cold, sendfile {sendfile}: (cached, sent with sendfile, through the reader)"
+        [0, 0, 0, 10],
+        "cold, {how:?}: (cached, with sendfile, from a mapping, through the reader)"
     );
     cluster.shutdown().await;
 }
@@ -670,19 +688,19 @@ async fn killing_the_serving_datanode_mid_read_fails_over_with_exact_bytes() {
 async fn a_corrupt_replica_on_disk_is_read_around_reported_and_marked_corrupt() {
     with_timeout(LIMIT, "corrupt failover", async {
         sluice_tests::init_logging();
-        // `auto` keeps loopback readers on buffered reads; `on` sends the (cached, corrupt)
-        // bytes with sendfile, which must be caught the same way.
-        for sendfile in [SendfileMode::Auto, SendfileMode::On] {
-            corrupt_replica_read_around(sendfile).await;
+        // The (cached, corrupt) bytes sent through a buffer, with sendfile and from a mapping
+        // must be caught the same way.
+        for how in [CachedSend::Buffer, CachedSend::Sendfile, CachedSend::Mapped] {
+            corrupt_replica_read_around(how).await;
         }
     })
     .await
 }
 
-/// The corrupt-replica read of both modes, with `read.sendfile = sendfile`.
-async fn corrupt_replica_read_around(sendfile: SendfileMode) {
+/// The corrupt-replica read of both modes, cached pieces sent `how`.
+async fn corrupt_replica_read_around(how: CachedSend) {
     let cluster = MiniCluster::builder()
-        .configure_datanodes(move |_, c| c.read_sendfile = sendfile)
+        .configure_datanodes(move |_, c| how.configure(c))
         .start()
         .await
         .unwrap();
@@ -702,13 +720,22 @@ async fn corrupt_replica_read_around(sendfile: SendfileMode) {
         // In the page cache, corrupt byte included: what sendfile sends from.
         set_cache(&replica_and_meta(&cluster, i, lb.block.id.0), true);
         let m = cluster.datanode(i).unwrap().metrics();
-        let zero_copy = m.stream_pieces_sendfile.get() + m.chunks_sendfile.get();
+        let zero_copy = || {
+            let sent = m.stream_pieces_sendfile.get() + m.chunks_sendfile.get();
+            (sent, m.stream_pieces_mapped.get())
+        };
+        let before = zero_copy();
         assert!(read_to_end(&mut r).await == data, "{mode:?}: exact bytes");
-        let zero_copy = m.stream_pieces_sendfile.get() + m.chunks_sendfile.get() - zero_copy;
+        let after = zero_copy();
+        let (sendfile, mapped) = (after.0 - before.0, after.1 - before.1);
         assert_eq!(
-            zero_copy > 0,
-            sendfile == SendfileMode::On,
-            "{mode:?}, {sendfile:?}: {zero_copy} pieces or chunks sent with sendfile"
+            (sendfile > 0, mapped > 0),
+            (
+                how == CachedSend::Sendfile,
+                how == CachedSend::Mapped && mode == ReadMode::Stream
+            ),
+            "{mode:?}, {how:?}: {sendfile} pieces or chunks sent with sendfile, {mapped} \
+             from a mapping"
         );
         let s = r.stats();
         assert_eq!(s.reported_bad, 1, "{mode:?}");
