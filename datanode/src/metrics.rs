@@ -251,6 +251,10 @@ metrics! {
     /// Of those, pieces whose data went to the socket with `send(2)` straight from a mapping
     /// of the block file (`read.mmap.enabled`), never through a buffer.
     stream_pieces_mapped: Counter = "stream_pieces_mapped",
+    /// ReadBlock pieces not in the page cache while the piece after them was (a hole in a
+    /// cached range), read on the blocking pool by the connection, which then went on with
+    /// cached pieces instead of handing the rest of the range to the prefetching reader.
+    stream_pieces_holes: Counter = "stream_pieces_holes",
     /// ReadChunk chunks sent.
     chunks_sent: Counter = "chunks_sent",
     /// Of those, chunks found in the page cache and sent with `sendfile` (`read.sendfile`).

@@ -99,12 +99,20 @@ impl PieceSource {
 
     /// Reads the next piece into `buf` (blocking); `None` at the end of the range.
     pub fn next_piece_into(&mut self, buf: BytesMut) -> Result<Option<Piece>> {
+        if self.next < self.end {
+            self.prefetch
+                .before_read(&self.advice_file, self.next, &self.metrics);
+        }
+        self.next_piece_unadvised(buf)
+    }
+
+    /// As [`Self::next_piece_into`], without advising the kernel ahead: for a hole in a cached
+    /// range, whose pieces after it need no read-ahead.
+    pub fn next_piece_unadvised(&mut self, buf: BytesMut) -> Result<Option<Piece>> {
         if self.next >= self.end {
             return Ok(None);
         }
         let len = self.piece.min(self.end - self.next);
-        self.prefetch
-            .before_read(&self.advice_file, self.next, &self.metrics);
         let p = read_piece_into(&self.replica, self.next, len as usize, self.stored_len, buf)?;
         self.next += len;
         self.metrics.stream_pieces_read.inc();
@@ -155,6 +163,29 @@ impl PieceSource {
             self.next,
             self.piece.min(self.end.saturating_sub(self.next)) as usize,
         )
+    }
+
+    /// True if `cachestat` says some of the next piece's data is not in the page cache; false
+    /// when it is all there, at the end of the range, or when the kernel cannot tell. Asks
+    /// without reading, so it starts no read-ahead.
+    pub fn next_piece_uncached(&self) -> bool {
+        let (at, len) = self.next_range();
+        len > 0
+            && crate::sys::cached_pages(&self.replica.block, at, len as u64)
+                .is_some_and(|(cached, pages)| cached < pages)
+    }
+
+    /// True if the piece after the next one is whole in the page cache (`cachestat`): the next
+    /// piece, if not cached, is then a hole in a cached range. False when there is no such
+    /// piece or the kernel cannot tell.
+    pub fn following_piece_cached(&self) -> bool {
+        let after = self.next.saturating_add(self.piece);
+        if after >= self.end {
+            return false;
+        }
+        let len = self.piece.min(self.end - after);
+        crate::sys::cached_pages(&self.replica.block, after, len)
+            .is_some_and(|(cached, pages)| cached >= pages)
     }
 
     /// The path of the replica's block file, for errors.

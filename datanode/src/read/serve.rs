@@ -351,19 +351,43 @@ fn stopped() -> ReadEnd {
     }
 }
 
+/// Reads `source`'s next piece, a hole in a cached range, on the blocking pool into `buf`:
+/// the source back, and the piece or why it could not be read.
+async fn read_hole(
+    ctx: &Ctx,
+    mut source: PieceSource,
+    buf: BytesMut,
+) -> Result<(PieceSource, Result<Piece>)> {
+    let (source, read) = ctx
+        .blocking(move || {
+            let read = source.next_piece_unadvised(buf);
+            Ok((source, read))
+        })
+        .await?;
+    let read = read
+        .and_then(|p| p.ok_or_else(|| DatanodeError::invalid("a hole past the end of the range")));
+    if read.is_ok() {
+        ctx.metrics.stream_pieces_holes.inc();
+    }
+    Ok((source, read))
+}
+
 /// The first part of a `ReadBlock`: while every piece is already in the page cache, the
 /// connection task reads it itself ([`PieceSource::next_piece_cached`], which cannot wait
 /// for the disk) and sends it — no reader task, no blocking-pool hop, no read-ahead buffers
 /// gone cold in the CPU caches before they are sent: with nothing to wait for there is
-/// nothing for prefetch to hide. `Some(end)` when the range (or the stream) ended here;
-/// `None` at the first piece not cached, which the prefetching reader then takes over.
+/// nothing for prefetch to hide. A piece that is not cached while the one after it is (a hole
+/// in a cached range: a few pages evicted) is read on the blocking pool, and the cached
+/// pieces go on. Returns the source and `Some(end)` when the range (or the stream) ended
+/// here; `None` at the first piece not cached whose successor is not cached either, from
+/// which the prefetching reader takes the rest.
 async fn serve_cached(
     ctx: &Ctx,
     w: &mut FrameWriter,
-    source: &mut PieceSource,
+    mut source: PieceSource,
     replica: ExtendedBlock,
     bpc: u32,
-) -> Result<Option<ReadEnd>> {
+) -> Result<(PieceSource, Option<ReadEnd>)> {
     let how = cached_send(ctx, w);
     let mut spare = BytesMut::new();
     // The window of the block file mapped for `CachedSend::Mapped`; unmapped before the pages
@@ -374,24 +398,25 @@ async fn serve_cached(
             return Err(DatanodeError::ShuttingDown);
         }
         if ctx.shutdown.is_cancelled() {
-            return Ok(Some(stopped()));
+            return Ok((source, Some(stopped())));
         }
         if source.next_payload_len().is_none() {
             drop(map.take());
             source.drop_behind();
-            return Ok(Some(ReadEnd {
+            let end = ReadEnd {
                 status: Status::Success,
                 message: String::new(),
-            }));
+            };
+            return Ok((source, Some(end)));
         }
-        if how != CachedSend::Buffer {
+        if how != CachedSend::Buffer && !source.next_piece_uncached() {
             match source.next_file_piece(spare) {
                 Ok(fp) => {
                     let send = async {
                         if how == CachedSend::Sendfile {
                             send_file_piece(ctx, w, &fp, source.block_file(), replica, bpc).await
                         } else {
-                            let m = map_for(&mut map, source, &fp)?;
+                            let m = map_for(&mut map, &source, &fp)?;
                             send_mapped_piece(ctx, w, &fp, m, replica, bpc).await
                         }
                     };
@@ -425,9 +450,32 @@ async fn serve_cached(
                 }
             }
         }
-        let piece = match source.next_piece_cached(spare) {
-            Ok(p) => p,
-            Err(_) => return Ok(None),
+        let piece = if source.next_piece_uncached() {
+            // Decided before any read of the piece: a `preadv2(RWF_NOWAIT)` of pages not
+            // cached starts the kernel's read-ahead, which would make a cold stream's next
+            // piece look cached.
+            if !source.following_piece_cached() {
+                return Ok((source, None));
+            }
+            drop(map.take());
+            let (back, read) = read_hole(ctx, source, spare).await?;
+            source = back;
+            match read {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(block = %replica.id, "streaming read failed: {e}");
+                    let end = ReadEnd {
+                        status: e.status(),
+                        message: e.to_string(),
+                    };
+                    return Ok((source, Some(end)));
+                }
+            }
+        } else {
+            match source.next_piece_cached(spare) {
+                Ok(p) => p,
+                Err(_) => return Ok((source, None)),
+            }
         };
         // A reader that stopped reading must not hold up a stop for a socket timeout.
         tokio::select! {
@@ -457,12 +505,13 @@ pub(crate) async fn read_block(ctx: &Ctx, op: ReadBlockOp, w: &mut FrameWriter) 
     let Some((ahead, _charge)) = charge_window(ctx, piece, bpc32 as u64) else {
         return busy(ctx, w, piece).await;
     };
-    let mut source = match piece_source(ctx, plan, piece) {
+    let source = match piece_source(ctx, plan, piece) {
         Ok(s) => s,
         Err(e) => return refuse(ctx, w, &e).await,
     };
     wire::respond(w, response, t).await?;
-    if let Some(end) = serve_cached(ctx, w, &mut source, source_block, bpc32).await? {
+    let (source, end) = serve_cached(ctx, w, source, source_block, bpc32).await?;
+    if let Some(end) = end {
         return wire::send(w, Message::ReadEnd(end), Bytes::new(), t).await;
     }
     // `_reader` lives as long as this op: the reader never outlives the connection.

@@ -175,6 +175,45 @@ fn replica_and_meta(cluster: &MiniCluster, i: usize, id: u64) -> Vec<std::path::
     files
 }
 
+/// Which 4 KiB pages of `file` are in the page cache (`mincore` over a read-only mapping).
+#[allow(unsafe_code)] // mmap and mincore of the test's own replica file; the mapping is not read
+fn resident_pages(file: &std::path::Path) -> Vec<bool> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(file).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    if len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: a new read-only shared mapping of a valid fd, never dereferenced: only passed to
+    // mincore, then unmapped.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(addr, libc::MAP_FAILED);
+    let mut vec = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: `addr` maps `len` bytes; `vec` holds a byte per page.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    // SAFETY: unmapping the mapping made above, once.
+    unsafe { libc::munmap(addr, len) };
+    assert_eq!(rc, 0);
+    vec.iter().map(|b| b & 1 == 1).collect()
+}
+
+/// Reads `file` from `off` to its end (into the page cache).
+fn read_from(file: &std::path::Path, off: u64) {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::File::open(file).unwrap();
+    f.seek(SeekFrom::Start(off)).unwrap();
+    std::io::copy(&mut f.by_ref(), &mut std::io::sink()).unwrap();
+}
+
 /// The page-cache state of every file of a replica: read whole (warm) or written back and
 /// dropped (`fdatasync`, `posix_fadvise(DONTNEED)`: cold).
 #[allow(unsafe_code)] // posix_fadvise: the test drops its own replica files' pages
@@ -252,11 +291,30 @@ async fn cached_and_cold_reads(how: CachedSend) {
             m.stream_pieces_cached.get(),
             m.stream_pieces_sendfile.get(),
             m.stream_pieces_mapped.get(),
+            m.stream_pieces_holes.get(),
             m.prefetch_hits.get() + m.prefetch_misses.get(),
         ]
     };
-    let read = async |warm: bool| {
-        set_cache(&files, warm);
+    // `hole`: the first 64 KiB of the block evicted after warming it.
+    let read = async |warm: bool, hole: bool| {
+        // Read-ahead still pending from an earlier read can bring pages back after they were
+        // dropped: set the state until the block file's residency shows it.
+        let hole_end = if hole { MIB } else { 0 };
+        wait_until(Duration::from_secs(20), "page-cache state", || {
+            if hole {
+                // Dropped whole, then read from the end of the hole on (a part of a large
+                // folio cannot be dropped alone).
+                set_cache(&files, false);
+                read_from(&files[0], hole_end);
+                std::fs::read(&files[1]).unwrap();
+            } else {
+                set_cache(&files, warm);
+            }
+            let pages = resident_pages(&files[0]);
+            let want = |i: usize| warm && i as u64 * 4096 >= hole_end;
+            async move { pages.iter().enumerate().all(|(i, &r)| r == want(i)) }
+        })
+        .await;
         let before = counts();
         let mut conn = RawConn::connect(&dn.data_addr)
             .await
@@ -265,25 +323,35 @@ async fn cached_and_cold_reads(how: CachedSend) {
         let (got, _) = conn.read_replica(lb.block).await.unwrap();
         assert!(got == data, "exact bytes (warm: {warm}, {how:?})");
         let after = counts();
-        std::array::from_fn::<u64, 4, _>(|k| after[k] - before[k])
+        std::array::from_fn::<u64, 5, _>(|k| after[k] - before[k])
     };
+    const WHAT: &str = "(cached, with sendfile, from a mapping, holes, through the reader)";
     // All ten pieces in the page cache, all read and sent by the connection task: with
     // sendfile, from a mapping, or through a buffer.
-    let expect = match how {
-        CachedSend::Sendfile => [10, 10, 0, 0],
-        CachedSend::Mapped => [10, 0, 10, 0],
-        CachedSend::Buffer => [10, 0, 0, 0],
+    let expect = |cached: u64| match how {
+        CachedSend::Sendfile => [cached, cached, 0],
+        CachedSend::Mapped => [cached, 0, cached],
+        CachedSend::Buffer => [cached, 0, 0],
     };
+    let [c, sf, mp] = expect(10);
     assert_eq!(
-        read(true).await,
-        expect,
-        "warm, {how:?}: (cached, with sendfile, from a mapping, through the reader)"
+        read(true, false).await,
+        [c, sf, mp, 0, 0],
+        "warm, {how:?}: {WHAT}"
+    );
+    // A hole at the start of a cached block (its first piece not cached): that piece from the
+    // disk on the blocking pool, the nine after it still cached, none through the reader.
+    let [c, sf, mp] = expect(9);
+    assert_eq!(
+        read(true, true).await,
+        [c, sf, mp, 1, 0],
+        "hole, {how:?}: {WHAT}"
     );
     // Nothing cached: the first piece already goes to the reader task, which keeps the rest.
     assert_eq!(
-        read(false).await,
-        [0, 0, 0, 10],
-        "cold, {how:?}: (cached, with sendfile, from a mapping, through the reader)"
+        read(false, false).await,
+        [0, 0, 0, 0, 10],
+        "cold, {how:?}: {WHAT}"
     );
     cluster.shutdown().await;
 }
