@@ -26,8 +26,10 @@
 //! state, read by one thread in the client's piece size and copied over loopback TCP to
 //! another); each row prints Sluice's MB/s and CPU s/GiB (the whole process) next to the
 //! floor's and the ratios (JSON: `mb_s`, `cpu_s_per_gib`, `floor_mb_s`,
-//! `floor_cpu_s_per_gib`, `mb_s_vs_floor`, `cpu_vs_floor`). Plus a plain tokio socket copy of the same size over loopback, the ceiling the figures
-//! should be read against. Each configuration runs `--runs` times (min/median/max); runs of
+//! `floor_cpu_s_per_gib`, `mb_s_vs_floor`, `cpu_vs_floor`). Plus a plain tokio socket copy of
+//! the same size over loopback, the ceiling the figures should be read against: `--runs`
+//! times up front (the `loopback` row), and once just before each run of one warm stream,
+//! paired with it (`loopback_runs`, `mb_s_vs_loopback`: the median of the per-run ratios). Each configuration runs `--runs` times (min/median/max); runs of
 //! both modes are interleaved so that drift on a shared machine hits both alike.
 //!
 //! By default the benchmark runs its own embedded cluster ([`sluice_cluster::EmbeddedCluster`]) under `--dir`,
@@ -380,6 +382,7 @@ async fn experiment(
     prefetch: &str,
 ) -> anyhow::Result<Vec<Row>> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
+    let mut copies: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
     let mut floors: Vec<Vec<FloorSample>> = vec![Vec::new(); caches.len()];
     for _ in 0..args.runs {
         for (ci, cache) in caches.iter().enumerate() {
@@ -388,6 +391,11 @@ async fn experiment(
                 floors[ci].push(floor_read(l, args, paths.len()).await?);
             }
             for (mi, mode) in modes.iter().enumerate() {
+                // One warm stream's ceiling, paired: a loopback copy just before each run,
+                // so that the ratio does not depend on what the machine did minutes earlier.
+                if paths.len() == 1 && *cache == CacheState::Warm && *mode == ReadMode::Stream {
+                    copies[ci * modes.len() + mi].push(loopback_once(args.size.bytes()).await?);
+                }
                 let resident = match local {
                     Some(l) => prepare(l.dir, *cache).await?,
                     None => None,
@@ -407,7 +415,8 @@ async fn experiment(
                 ReadMode::Chunk => "chunk",
             };
             let row = Row::new(paths.len(), name, cache.name(), prefetch.into(), runs);
-            rows.push(row.with_floor(floors[ci].clone()));
+            let copies = std::mem::take(&mut copies[ci * modes.len() + mi]);
+            rows.push(row.with_floor(floors[ci].clone()).with_loopback(copies));
         }
     }
     Ok(rows)

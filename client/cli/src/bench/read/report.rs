@@ -103,6 +103,13 @@ pub struct Row {
     /// Medians against the floor's (flattened: `mb_s`, `floor_mb_s`, ...).
     #[serde(flatten)]
     pub vs_floor: VsFloor,
+    /// A plain loopback copy of the same bytes run just before each run (one warm stream
+    /// only): the ceiling in the same moment as the run, paired with it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loopback_runs: Vec<Sample>,
+    /// The median over runs of (the run's MB/s / its paired loopback copy's MB/s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mb_s_vs_loopback: Option<f64>,
 }
 
 impl Row {
@@ -128,7 +135,20 @@ impl Row {
             resident_max: runs.iter().filter_map(|s| s.resident).reduce(f64::max),
             floor_runs: Vec::new(),
             runs,
+            loopback_runs: Vec::new(),
+            mb_s_vs_loopback: None,
         }
+    }
+
+    /// The row with a loopback copy paired with each of its runs (run just before it).
+    pub fn with_loopback(mut self, copies: Vec<Sample>) -> Row {
+        if copies.len() == self.runs.len() && !copies.is_empty() {
+            let ratios = self.runs.iter().zip(&copies);
+            let ratios = ratios.map(|(r, c)| r.mb_per_s / c.mb_per_s.max(1e-9));
+            self.mb_s_vs_loopback = Some(Spread::of(ratios).median);
+            self.loopback_runs = copies;
+        }
+        self
     }
 
     /// The row with the floor measured in the same runs.
@@ -181,6 +201,15 @@ impl Report {
     pub fn compute_ratios(&mut self) {
         let mut out = Vec::new();
         for s in self.rows.iter().filter(|r| r.mode == "stream") {
+            if let Some(ratio) = s.mb_s_vs_loopback {
+                out.push(Ratio {
+                    what: format!(
+                        "stream/loopback copy (paired runs), {} thread(s), {}, prefetch {}",
+                        s.threads, s.cache, s.prefetch
+                    ),
+                    ratio,
+                });
+            }
             let same = |r: &&Row| r.threads == s.threads && r.cache == s.cache;
             if let Some(c) = self
                 .rows
@@ -364,5 +393,24 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert!((got[0].1 - 1.5).abs() < 1e-9, "{got:?}");
         assert!((got[1].1 - 1.2).abs() < 1e-9, "{got:?}");
+    }
+
+    #[test]
+    fn a_paired_loopback_ratio_is_the_median_of_per_run_ratios() {
+        let s = |mb: u64| Sample::new(mb * 1_000_000, 1.0);
+        // Runs of 2,000 / 3,000 / 2,500 MB/s, each next to its own copy: 0.5×, 1.0×, 0.5×.
+        let row = Row::new(
+            1,
+            "stream",
+            "warm",
+            "8MiB".into(),
+            vec![s(2000), s(3000), s(2500)],
+        );
+        let row = row.with_loopback(vec![s(4000), s(3000), s(5000)]);
+        assert_eq!(row.mb_s_vs_loopback, Some(0.5));
+        assert_eq!(row.loopback_runs.len(), 3);
+        // Not paired run for run: no ratio.
+        let row = Row::new(1, "stream", "warm", "8MiB".into(), vec![s(2000)]);
+        assert_eq!(row.with_loopback(vec![s(1), s(2)]).mb_s_vs_loopback, None);
     }
 }
