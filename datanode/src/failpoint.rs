@@ -6,7 +6,8 @@
 //! packet goes to the replica writer), `dn::before_fsync` (in the writer, before the fsync of
 //! an hsync or of the close with `sync.on.close`), `dn::flush` (a buffered replica's flush to
 //! its block file: a write failure), `dn::before_ack` (in the responder, before an ack goes
-//! upstream), `dn::finalize` (before the replica is finalized).
+//! upstream), `dn::finalize` (before the replica is finalized), `dn::map` (mapping a block
+//! file to send cached pieces from: the mapping fails).
 //!
 //! **Scoping convention.** Several DataNodes share one process in tests, and the `fail`
 //! registry is global. A point fires on a DataNode only when the configured `return` value

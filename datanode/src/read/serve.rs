@@ -203,25 +203,24 @@ fn cached_send(ctx: &Ctx, w: &FrameWriter) -> CachedSend {
 /// `mmap`/`munmap` pair (an unmap flushes the TLB of every core the process runs on).
 const MAP_WINDOW: u64 = 8 << 20;
 
-/// The mapping of `source`'s block file that `p` is sent from: `map` if it covers `p`, else a
-/// new one from `p` on, [`MAP_WINDOW`] bytes or to the range's end.
-fn map_for<'m>(
-    map: &'m mut Option<FileMap>,
-    source: &PieceSource,
-    p: &FilePiece,
-) -> Result<&'m FileMap> {
-    let m = match map.take() {
-        Some(m) if m.covers(p.offset, p.data_len) => m,
-        old => {
-            drop(old);
-            let len = MAP_WINDOW
-                .min(source.range_end().saturating_sub(p.offset))
-                .max(p.data_len as u64);
-            FileMap::new(source.block_file(), p.offset, len as usize)
-                .map_err(|e| DatanodeError::io("map", source.block_path(), e))?
-        }
-    };
-    Ok(map.insert(m))
+/// Makes `map` cover `source`'s next piece: kept if it does, else replaced by a mapping from
+/// that piece on, [`MAP_WINDOW`] bytes or to the range's end. Failpoint `dn::map`: the
+/// mapping fails.
+fn map_next(ctx: &Ctx, map: &mut Option<FileMap>, source: &PieceSource) -> Result<()> {
+    let (at, len) = source.next_range();
+    if map.as_ref().is_some_and(|m| m.covers(at, len)) {
+        return Ok(());
+    }
+    *map = None;
+    let failed = |e| DatanodeError::io("map", source.block_path(), e);
+    if ctx.scope.check("dn::map").is_some() {
+        return Err(failed(std::io::Error::other("failpoint dn::map")));
+    }
+    let want = MAP_WINDOW
+        .min(source.range_end().saturating_sub(at))
+        .max(len as u64);
+    *map = Some(FileMap::new(source.block_file(), at, want as usize).map_err(failed)?);
+    Ok(())
 }
 
 /// Sends a piece whose data stays in the block file: header and checksums, then the data
@@ -388,7 +387,7 @@ async fn serve_cached(
     replica: ExtendedBlock,
     bpc: u32,
 ) -> Result<(PieceSource, Option<ReadEnd>)> {
-    let how = cached_send(ctx, w);
+    let mut how = cached_send(ctx, w);
     let mut spare = BytesMut::new();
     // The window of the block file mapped for `CachedSend::Mapped`; unmapped before the pages
     // behind it are dropped (the kernel keeps mapped pages).
@@ -409,15 +408,27 @@ async fn serve_cached(
             };
             return Ok((source, Some(end)));
         }
-        if how != CachedSend::Buffer && !source.next_piece_uncached() {
+        let cached = !source.next_piece_uncached();
+        if cached && how == CachedSend::Mapped {
+            if let Err(e) = map_next(ctx, &mut map, &source) {
+                // Not the reader's problem: the cached pieces go through a buffer instead.
+                tracing::warn!(block = %replica.id, "cached pieces sent through a buffer: {e}");
+                how = CachedSend::Buffer;
+            }
+        }
+        if cached && how != CachedSend::Buffer {
             match source.next_file_piece(spare) {
                 Ok(fp) => {
                     let send = async {
-                        if how == CachedSend::Sendfile {
-                            send_file_piece(ctx, w, &fp, source.block_file(), replica, bpc).await
-                        } else {
-                            let m = map_for(&mut map, &source, &fp)?;
-                            send_mapped_piece(ctx, w, &fp, m, replica, bpc).await
+                        match (how, map.as_ref()) {
+                            (CachedSend::Mapped, Some(m)) => {
+                                send_mapped_piece(ctx, w, &fp, m, replica, bpc).await
+                            }
+                            (CachedSend::Sendfile, _) => {
+                                let file = source.block_file();
+                                send_file_piece(ctx, w, &fp, file, replica, bpc).await
+                            }
+                            _ => Err(DatanodeError::invalid("a mapped piece without a mapping")),
                         }
                     };
                     tokio::select! {

@@ -356,6 +356,50 @@ async fn cached_and_cold_reads(how: CachedSend) {
     cluster.shutdown().await;
 }
 
+/// A block file that cannot be mapped (failpoint `dn::map`) costs the stream nothing but the
+/// mapping: its cached pieces go through a buffer, the bytes exact.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_file_that_cannot_be_mapped_is_sent_through_a_buffer() {
+    with_timeout(LIMIT, "map failure", async {
+        sluice_tests::init_logging();
+        let cluster = MiniCluster::builder()
+            .datanodes(1)
+            .replication(1)
+            .configure_datanodes(|_, c| CachedSend::Mapped.configure(c))
+            .start()
+            .await
+            .unwrap();
+        let fs = cluster.client().await.unwrap();
+        let data = random_bytes((3 * MIB + 7) as usize, 4);
+        write_all(&fs, "/m/f", &data, wopts(8 * MIB), 1 << 20)
+            .await
+            .unwrap();
+        let lb = fs.get_block_locations("/m/f").await.unwrap().blocks[0].clone();
+        let files = replica_and_meta(&cluster, 0, lb.block.id.0);
+        let m = cluster.datanode(0).unwrap().metrics();
+        let port = cluster.datanode(0).unwrap().data_addr().port();
+        fail::cfg("dn::map", &format!("return({port}:error)")).unwrap();
+        let (cached, mapped) = (m.stream_pieces_cached.get(), m.stream_pieces_mapped.get());
+        set_cache(&files, true);
+        let mut conn = RawConn::connect(&lb.locations[0].data_addr)
+            .await
+            .unwrap()
+            .with_token(lb.token.clone());
+        let got = conn.read_replica(lb.block).await;
+        fail::remove("dn::map");
+        assert!(got.unwrap().0 == data, "exact bytes");
+        assert_eq!(m.stream_pieces_cached.get() - cached, 4, "cached pieces");
+        assert_eq!(
+            m.stream_pieces_mapped.get() - mapped,
+            0,
+            "none from a mapping"
+        );
+        cluster.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_and_forward_seeks_inside_the_buffer_send_no_request() {
     with_timeout(LIMIT, "buffer", async {
