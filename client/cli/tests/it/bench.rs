@@ -96,8 +96,17 @@ fn bench_read_reports_both_modes_warm_and_cold_and_prefetch_off() {
             .filter(|r| r["prefetch"] == label && r["mode"] == "stream");
         assert_eq!(stream.count(), 4, "{label}");
     }
-    // stream/chunk (4), and each prefetch configuration against off (3 x 4).
-    assert_eq!(report["ratios"].as_array().unwrap().len(), 16, "{report:#}");
+    // One warm stream, in each of the four prefetch configurations, paired with a loopback
+    // copy before each of its runs.
+    for r in rows {
+        let paired = r["threads"] == 1 && r["cache"] == "warm" && r["mode"] == "stream";
+        assert_eq!(r["mb_s_vs_loopback"].is_f64(), paired, "{r:#}");
+        let copies = r["loopback_runs"].as_array().map_or(0, Vec::len);
+        assert_eq!(copies, if paired { 2 } else { 0 }, "{r:#}");
+    }
+    // stream/chunk (4), each prefetch configuration against off (3 x 4), stream/loopback
+    // copy (4).
+    assert_eq!(report["ratios"].as_array().unwrap().len(), 20, "{report:#}");
     assert!(report["loopback"]["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
 }
 
