@@ -313,6 +313,25 @@ async fn get_one(
     signals: &mut Signals,
 ) -> anyhow::Result<()> {
     let mut r = fs.open(remote).await?;
+    if is_special(target) {
+        // A device, a FIFO or a socket (`/dev/null`, a pipe to another program): written in
+        // place, as `cp` does. The copy-then-rename below would put a regular file in its
+        // place (`/dev/null` replaced, for root).
+        let bar = Progress::start(remote_name(remote), Some(r.len()));
+        let work = async {
+            let mut f = tokio::fs::OpenOptions::new()
+                .write(true)
+                .open(target)
+                .await
+                .with_context(|| target.display().to_string())?;
+            copy_file(&mut r, &mut f, &bar).await?;
+            f.flush().await.map_err(anyhow::Error::from)
+        };
+        return tokio::select! {
+            r = work => r,
+            sig = signals.recv() => Err(anyhow!("interrupted by {sig}")),
+        };
+    }
     if target.exists() && !force {
         bail!("{}: file exists (use -f to overwrite)", target.display());
     }
@@ -338,6 +357,12 @@ async fn get_one(
         let _ = tokio::fs::remove_file(&tmp).await;
     }
     result
+}
+
+/// True if `path` exists and is neither a regular file nor a directory (a device, a FIFO, a
+/// socket), following symlinks.
+fn is_special(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// `cat PATH...`: each file in turn to stdout.

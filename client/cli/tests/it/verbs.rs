@@ -193,6 +193,21 @@ async fn hdfs_verbs_work_and_agree_with_each_other() {
         assert!(std::fs::read(out.join("a")).unwrap() == da);
         assert!(std::fs::read(out.join("b")).unwrap() == db);
 
+        // get into a FIFO (as into /dev/null): written in place, still a FIFO afterwards, no
+        // `-f` needed. The copy-then-rename of a regular target would replace it by a file.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success(), "mkfifo");
+        let drain = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        ok(a, &["get", "/d/a", fifo.to_str().unwrap()]).await;
+        assert!(drain.join().unwrap() == da, "the bytes through the FIFO");
+        use std::os::unix::fs::FileTypeExt;
+        let kind = std::fs::metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "still a FIFO: {kind:?}");
+
         // setrep -w: repair brings every block to the new factor, up and down.
         ok(
             a,
