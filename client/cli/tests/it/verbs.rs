@@ -198,12 +198,12 @@ async fn hdfs_verbs_work_and_agree_with_each_other() {
         let fifo = dir.path().join("fifo");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.unwrap().success(), "mkfifo");
-        let drain = {
+        let drain = tokio::task::spawn_blocking({
             let fifo = fifo.clone();
-            std::thread::spawn(move || std::fs::read(fifo).unwrap())
-        };
+            move || std::fs::read(fifo).unwrap()
+        });
         ok(a, &["get", "/d/a", fifo.to_str().unwrap()]).await;
-        assert!(drain.join().unwrap() == da, "the bytes through the FIFO");
+        assert!(drain.await.unwrap() == da, "the bytes through the FIFO");
         use std::os::unix::fs::FileTypeExt;
         let kind = std::fs::metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "still a FIFO: {kind:?}");
