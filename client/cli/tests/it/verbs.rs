@@ -198,12 +198,17 @@ async fn hdfs_verbs_work_and_agree_with_each_other() {
         let fifo = dir.path().join("fifo");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.unwrap().success(), "mkfifo");
-        let drain = tokio::task::spawn_blocking({
-            let fifo = fifo.clone();
-            move || std::fs::read(fifo).unwrap()
-        });
+        // A thread of its own, not the blocking pool: should `get` never open the FIFO, the
+        // test fails instead of the runtime waiting for this reader at shutdown.
+        let drain = std::thread::Builder::new()
+            .name("fifo-drain".into())
+            .spawn({
+                let fifo = fifo.clone();
+                move || std::fs::read(fifo).unwrap()
+            })
+            .unwrap();
         ok(a, &["get", "/d/a", fifo.to_str().unwrap()]).await;
-        assert!(drain.await.unwrap() == da, "the bytes through the FIFO");
+        assert!(drain.join().unwrap() == da, "the bytes through the FIFO");
         use std::os::unix::fs::FileTypeExt;
         let kind = std::fs::metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "still a FIFO: {kind:?}");
