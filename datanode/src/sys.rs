@@ -302,42 +302,6 @@ fn page_size() -> u64 {
     u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
-/// Bytes of `[0, len)` of `file` resident in the page cache (`mincore` over a read-only
-/// mapping), counted in pages; for tests that check what a read brought in from disk.
-#[cfg(test)]
-pub(crate) fn resident_bytes(file: &File, len: u64) -> std::io::Result<Vec<bool>> {
-    let len = usize::try_from(len).map_err(std::io::Error::other)?;
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    let page = 4096usize;
-    // SAFETY: a read-only shared mapping of a valid fd; the pointer is never dereferenced,
-    // only passed to mincore, and unmapped before returning.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `addr` is a live mapping of `len` bytes and `vec` holds one byte per page.
-    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: unmapping the mapping made above, once.
-    unsafe { libc::munmap(addr, len) };
-    if rc != 0 {
-        return Err(err);
-    }
-    Ok(vec.iter().map(|b| b & 1 == 1).collect())
-}
-
 /// Space of the file system holding `path` (`statvfs`).
 pub(crate) fn statvfs(path: &Path) -> Result<Space> {
     use std::os::unix::ffi::OsStrExt;
@@ -523,7 +487,7 @@ mod tests {
         );
         file.sync_data().unwrap();
         fadvise(file, 0, 0, Advice::DontNeed);
-        let resident = resident_bytes(file, data.len() as u64).unwrap();
+        let resident = sluice_common::memory::resident_pages(file, data.len() as u64).unwrap();
         if resident.iter().all(|r| !r) {
             // Where the file system drops pages (not tmpfs), nothing is read from the disk.
             assert!(!pread_cached(file, &mut buf, 4096), "evicted: would wait");

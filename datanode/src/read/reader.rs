@@ -472,7 +472,7 @@ mod tests {
         let len = r.entry.live.bytes_on_disk();
         let probe = std::fs::File::open(&r.block_path).unwrap();
         fadvise(&probe, 0, 0, Advice::DontNeed);
-        if crate::sys::resident_bytes(&probe, len)
+        if sluice_common::memory::resident_pages(&probe, len)
             .unwrap()
             .iter()
             .any(|&p| p)
@@ -490,7 +490,7 @@ mod tests {
             got += p.data().len() as u64;
         }
         assert_eq!(got, end);
-        Some(crate::sys::resident_bytes(&probe, len).unwrap())
+        Some(sluice_common::memory::resident_pages(&probe, len).unwrap())
     }
 
     /// Fails without the `POSIX_FADV_RANDOM` of a ranged read: 512 pages past a 1 MiB range

@@ -175,35 +175,10 @@ fn replica_and_meta(cluster: &MiniCluster, i: usize, id: u64) -> Vec<std::path::
     files
 }
 
-/// Which 4 KiB pages of `file` are in the page cache (`mincore` over a read-only mapping).
-#[allow(unsafe_code)] // mmap and mincore of the test's own replica file; the mapping is not read
+/// Which pages of `file` are in the page cache.
 fn resident_pages(file: &std::path::Path) -> Vec<bool> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::File::open(file).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    if len == 0 {
-        return Vec::new();
-    }
-    // SAFETY: a new read-only shared mapping of a valid fd, never dereferenced: only passed to
-    // mincore, then unmapped.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(addr, libc::MAP_FAILED);
-    let mut vec = vec![0u8; len.div_ceil(4096)];
-    // SAFETY: `addr` maps `len` bytes; `vec` holds a byte per page.
-    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-    // SAFETY: unmapping the mapping made above, once.
-    unsafe { libc::munmap(addr, len) };
-    assert_eq!(rc, 0);
-    vec.iter().map(|b| b & 1 == 1).collect()
+    sluice_common::memory::resident_pages(&f, f.metadata().unwrap().len()).unwrap()
 }
 
 /// Reads `file` from `off` to its end (into the page cache).

@@ -81,50 +81,13 @@ pub fn drop_pages(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
 /// The fraction of the files' pages that are in the page cache (`mincore` over a read-only
 /// mapping of each file); 0 when the files hold no bytes. Verifies "cold" and "warm" rather than
 /// assuming them.
-#[allow(unsafe_code)] // mmap/mincore/munmap: the benchmarks look at their own files' pages
 pub fn resident_fraction(files: &[PathBuf]) -> std::io::Result<f64> {
-    // SAFETY: sysconf only reads its argument.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = usize::try_from(page)
-        .ok()
-        .filter(|p| *p > 0)
-        .unwrap_or(4096);
     let (mut resident, mut total) = (0u64, 0u64);
     for f in files {
         let file = File::open(f)?;
-        let len = usize::try_from(file.metadata()?.len())
-            .map_err(|_| std::io::Error::other("file too large to map"))?;
-        if len == 0 {
-            continue;
-        }
-        let pages = len.div_ceil(page);
-        let mut vec = vec![0u8; pages];
-        // SAFETY: a fresh shared read-only mapping of an open file; its memory is never
-        // dereferenced, only passed to mincore, and it is unmapped below.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `addr` is page-aligned (mmap), maps `len` bytes, and `vec` has one byte per
-        // page of them.
-        let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
-        let err = std::io::Error::last_os_error();
-        // SAFETY: unmaps exactly the mapping made above.
-        unsafe { libc::munmap(addr, len) };
-        if rc != 0 {
-            return Err(err);
-        }
-        resident += vec.iter().filter(|b| *b & 1 == 1).count() as u64;
-        total += pages as u64;
+        let pages = sluice_common::memory::resident_pages(&file, file.metadata()?.len())?;
+        resident += pages.iter().filter(|r| **r).count() as u64;
+        total += pages.len() as u64;
     }
     Ok(if total == 0 {
         0.0
