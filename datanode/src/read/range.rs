@@ -185,16 +185,26 @@ pub fn file_piece_cached(
     start: u64,
     len: usize,
     stored_len: u64,
+    sums: BytesMut,
+) -> std::result::Result<FilePiece, BytesMut> {
+    match crate::sys::cached_pages(&r.block, start, len as u64) {
+        Some((cached, pages)) if cached >= pages => file_piece(r, start, len, stored_len, sums),
+        _ => Err(sums),
+    }
+}
+
+/// As [`file_piece_cached`], for data the caller already found whole in the page cache.
+pub fn file_piece(
+    r: &ReadReplica,
+    start: u64,
+    len: usize,
+    stored_len: u64,
     mut sums: BytesMut,
 ) -> std::result::Result<FilePiece, BytesMut> {
     let Some(bpc32) = servable_from_cache(r, start, len, stored_len) else {
         return Err(sums);
     };
     let bpc = bpc32 as u64;
-    match crate::sys::cached_pages(&r.block, start, len as u64) {
-        Some((cached, pages)) if cached >= pages => {}
-        _ => return Err(sums),
-    }
     sums.resize(checksum::checksum_len(len, bpc32), 0);
     if !crate::sys::pread_cached(&r.meta, &mut sums, MetaHeader::checksum_pos(start / bpc)) {
         return Err(sums);

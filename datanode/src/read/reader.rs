@@ -22,9 +22,7 @@
 //! the channel closes and the reader stops.
 
 use super::prefetch::Prefetcher;
-use super::range::{
-    file_piece_cached, payload_len, read_piece_cached, read_piece_into, FilePiece, Piece,
-};
+use super::range::{file_piece, payload_len, read_piece_cached, read_piece_into, FilePiece, Piece};
 use super::window::{ReadWindow, WindowPiece};
 use crate::error::{DatanodeError, Result};
 use crate::metrics::Metrics;
@@ -122,8 +120,9 @@ impl PieceSource {
     }
 
     /// The next piece as a [`FilePiece`] to send from the block file (with `sendfile` or from
-    /// a mapping), only if its data is all in the page cache; `Err(sums)` when it is not (or
-    /// the kernel cannot tell), with nothing consumed.
+    /// a mapping), for a caller that found its data whole in the page cache
+    /// ([`Self::next_piece_cache_state`]); `Err(sums)` when it cannot be sent that way (its
+    /// checksums not cached, a partial last chunk stored longer), with nothing consumed.
     pub fn next_file_piece(&mut self, sums: BytesMut) -> std::result::Result<FilePiece, BytesMut> {
         if self.next >= self.end {
             return Err(sums);
@@ -131,7 +130,7 @@ impl PieceSource {
         let len = self.piece.min(self.end - self.next);
         self.prefetch
             .before_read(&self.advice_file, self.next, &self.metrics);
-        let p = file_piece_cached(
+        let p = file_piece(
             &self.replica,
             self.next,
             len as usize,
@@ -165,14 +164,16 @@ impl PieceSource {
         )
     }
 
-    /// True if `cachestat` says some of the next piece's data is not in the page cache; false
-    /// when it is all there, at the end of the range, or when the kernel cannot tell. Asks
-    /// without reading, so it starts no read-ahead.
-    pub fn next_piece_uncached(&self) -> bool {
+    /// Whether the next piece's data is whole in the page cache, by `cachestat`: `None` at the
+    /// end of the range or when the kernel cannot tell. Asks without reading, so it starts no
+    /// read-ahead.
+    pub fn next_piece_cache_state(&self) -> Option<bool> {
         let (at, len) = self.next_range();
-        len > 0
-            && crate::sys::cached_pages(&self.replica.block, at, len as u64)
-                .is_some_and(|(cached, pages)| cached < pages)
+        if len == 0 {
+            return None;
+        }
+        crate::sys::cached_pages(&self.replica.block, at, len as u64)
+            .map(|(cached, pages)| cached >= pages)
     }
 
     /// True if the piece after the next one is whole in the page cache (`cachestat`): the next

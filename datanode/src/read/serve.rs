@@ -408,7 +408,9 @@ async fn serve_cached(
             };
             return Ok((source, Some(end)));
         }
-        let cached = !source.next_piece_uncached();
+        // Asked once per piece, before anything is read.
+        let state = source.next_piece_cache_state();
+        let cached = state == Some(true);
         if cached && how == CachedSend::Mapped {
             if let Err(e) = map_next(ctx, &mut map, &source) {
                 // Not the reader's problem: the cached pieces go through a buffer instead.
@@ -461,7 +463,7 @@ async fn serve_cached(
                 }
             }
         }
-        let piece = if source.next_piece_uncached() {
+        let piece = if state == Some(false) {
             // Decided before any read of the piece: a `preadv2(RWF_NOWAIT)` of pages not
             // cached starts the kernel's read-ahead, which would make a cold stream's next
             // piece look cached.
