@@ -45,6 +45,26 @@ pub fn compute_into(data: &[u8], bytes_per_checksum: u32, out: &mut Vec<u8>) {
     let ControlFlow::Continue(()) = done;
 }
 
+/// Writes the checksums of `data`'s chunks into `out`, which must be exactly
+/// [`checksum_len`] bytes long.
+///
+/// # Panics
+/// When `out` has another length (a caller's bug, never input).
+pub fn compute_to(data: &[u8], bytes_per_checksum: u32, out: &mut [u8]) {
+    assert_eq!(
+        out.len(),
+        checksum_len(data.len(), bytes_per_checksum),
+        "checksum slot length"
+    );
+    let done: ControlFlow<std::convert::Infallible> =
+        for_each_crc(data, bytes_per_checksum as usize, |i, crc| {
+            let at = i * CHECKSUM_SIZE;
+            out[at..at + CHECKSUM_SIZE].copy_from_slice(&crc.to_be_bytes());
+            ControlFlow::Continue(())
+        });
+    let ControlFlow::Continue(()) = done;
+}
+
 /// The checksums of `data`'s chunks.
 pub fn compute(data: &[u8], bytes_per_checksum: u32) -> Vec<u8> {
     let mut out = Vec::new();
@@ -288,6 +308,18 @@ mod tests {
             verify(&data, &sums[..8], 512, 0),
             Err(ChecksumError::Length { .. })
         ));
+    }
+
+    #[test]
+    fn compute_to_fills_a_slot_as_compute_appends() {
+        let mut rng = StdRng::seed_from_u64(7);
+        for len in [0usize, 1, 511, 512, 513, 4096, 65_536 + 300] {
+            let mut data = vec![0u8; len];
+            rng.fill_bytes(&mut data);
+            let mut slot = vec![0xAAu8; checksum_len(len, 512)];
+            compute_to(&data, 512, &mut slot);
+            assert_eq!(slot, compute(&data, 512), "{len} bytes");
+        }
     }
 
     /// Per-chunk `crc32c::crc32c`, as the code was before the interleaving.

@@ -42,6 +42,20 @@ impl OutPacket {
         }
     }
 
+    /// A data packet whose payload (checksums, then `data_len` data bytes) is already built.
+    fn built(offset_in_block: u64, data_len: usize, payload: Bytes) -> OutPacket {
+        OutPacket {
+            header: PacketHeader {
+                seqno: 0,
+                offset_in_block,
+                data_len: data_len as u32,
+                last: false,
+                sync: false,
+            },
+            payload,
+        }
+    }
+
     /// A packet without data: the block's last packet (`last`), or an empty sync packet.
     pub(crate) fn empty(offset_in_block: u64, last: bool, sync: bool) -> OutPacket {
         OutPacket {
@@ -96,8 +110,12 @@ pub(crate) struct Packetizer {
     bpc: u32,
     packet_size: usize,
     block_size: u64,
-    /// Data of the packet being built; `buf[0]` sits at `packet_start` in the block.
+    /// The packet being built: `head` bytes kept for its checksums, then its data, whose
+    /// first byte sits at `packet_start` in the block. A full packet's checksums are written
+    /// into the slot and the buffer becomes the payload as it is, without copying the data.
     buf: BytesMut,
+    /// Bytes before the data in `buf`: room for a whole packet's checksums.
+    head: usize,
     /// Block offset of the packet being built (a chunk boundary).
     packet_start: u64,
     /// Bytes of `buf` already sent by a flush (the partial chunk carried over).
@@ -109,14 +127,28 @@ impl Packetizer {
     pub(crate) fn new(bpc: u32, packet_size: usize, block_size: u64) -> Packetizer {
         let bpc_us = bpc.max(1) as usize;
         let packet_size = (packet_size / bpc_us).max(1) * bpc_us;
+        let head = checksum::checksum_len(packet_size, bpc.max(1));
         Packetizer {
             bpc: bpc.max(1),
             packet_size,
             block_size: block_size.max(1),
-            buf: BytesMut::with_capacity(packet_size),
+            buf: Self::fresh(head, packet_size),
+            head,
             packet_start: 0,
             flushed: 0,
         }
+    }
+
+    /// An empty packet buffer: the checksum slot, room for the data.
+    fn fresh(head: usize, packet_size: usize) -> BytesMut {
+        let mut b = BytesMut::with_capacity(head + packet_size);
+        b.resize(head, 0);
+        b
+    }
+
+    /// Data bytes of the packet being built.
+    fn data_len(&self) -> usize {
+        self.buf.len() - self.head
     }
 
     /// A packetizer continuing a block that holds `block_len` bytes (an append to a partial
@@ -141,7 +173,7 @@ impl Packetizer {
     fn room(&self) -> usize {
         let block_left = self.block_size - self.packet_start;
         let cap = (self.packet_size as u64).min(block_left) as usize;
-        cap - self.buf.len()
+        cap - self.data_len()
     }
 
     /// Copies as much of `data` as fits in the current packet; returns the bytes taken. Call
@@ -157,9 +189,15 @@ impl Packetizer {
         if self.room() > 0 {
             return None;
         }
-        let packet = OutPacket::data(self.packet_start, &self.buf, self.bpc, false);
-        let end = self.packet_start + self.buf.len() as u64;
-        self.buf.clear();
+        let len = self.data_len();
+        // The checksums end where the data starts: right-aligned in the slot, which a packet
+        // cut short by its block's end does not fill.
+        let from = self.head - checksum::checksum_len(len, self.bpc);
+        let (slot, data) = self.buf.split_at_mut(self.head);
+        checksum::compute_to(data, self.bpc, &mut slot[from..]);
+        let built = std::mem::replace(&mut self.buf, Self::fresh(self.head, self.packet_size));
+        let packet = OutPacket::built(self.packet_start, len, built.freeze().slice(from..));
+        let end = self.packet_start + len as u64;
         self.flushed = 0;
         let ends_block = end >= self.block_size;
         self.packet_start = if ends_block { 0 } else { end };
@@ -170,21 +208,24 @@ impl Packetizer {
     /// partial chunk), or `None` when nothing new was written since the last packet. The bytes
     /// of a trailing partial chunk stay, and the next packet starts again at that chunk.
     pub(crate) fn take_flush(&mut self, sync: bool) -> Option<OutPacket> {
-        if self.buf.len() == self.flushed {
+        if self.data_len() == self.flushed {
             return None;
         }
-        let packet = OutPacket::data(self.packet_start, &self.buf, self.bpc, sync);
-        let whole = self.buf.len() / self.bpc as usize * self.bpc as usize;
-        let _ = self.buf.split_to(whole);
+        let packet = OutPacket::data(self.packet_start, &self.buf[self.head..], self.bpc, sync);
+        // The partial chunk at the end stays, moved to the front of the data.
+        let whole = self.data_len() / self.bpc as usize * self.bpc as usize;
+        let tail_at = self.head + whole;
+        self.buf.copy_within(tail_at.., self.head);
+        self.buf.truncate(self.buf.len() - whole);
         self.packet_start += whole as u64;
-        self.flushed = self.buf.len();
+        self.flushed = self.data_len();
         Some(packet)
     }
 
     /// Bytes of the current block written so far (sent or not).
     #[cfg(test)]
     pub(crate) fn block_bytes(&self) -> u64 {
-        self.packet_start + self.buf.len() as u64
+        self.packet_start + self.data_len() as u64
     }
 }
 
