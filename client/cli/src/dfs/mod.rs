@@ -9,6 +9,7 @@
 //! single source into an existing directory lands under its own name.
 
 mod inspect;
+mod local_file;
 mod progress;
 mod transfer;
 

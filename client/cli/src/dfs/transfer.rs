@@ -7,6 +7,7 @@
 //! limit has passed: the metadata service recovers it and the retry overwrites it.
 //! A copy out of the cluster (get) writes `<local>._COPYING_` likewise.
 
+use super::local_file::{LocalSink, LocalSource};
 use super::progress::Progress;
 use super::{child, is_dir, local_target, remote_name, LEASE_RECOVERY_WAIT};
 use anyhow::{anyhow, bail, Context as _};
@@ -15,7 +16,7 @@ use sluice_common::MetaError;
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncSeekExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// Bytes moved per read/write.
@@ -210,15 +211,18 @@ async fn write_source(
     match src {
         Source::Stdin => {
             let bar = Progress::start(dst, None);
-            copy(&mut tokio::io::stdin(), w, &bar).await?;
+            let mut src = LocalSource::stdin(COPY_BUFFER).context("stdin")?;
+            copy_local(&mut src, w, &bar).await.context("stdin")?;
         }
         Source::Local(p) => {
-            let mut f = tokio::fs::File::open(p)
+            let f = tokio::fs::File::open(p)
                 .await
-                .with_context(|| p.display().to_string())?;
-            let len = f.metadata().await.ok().map(|m| m.len());
+                .with_context(|| p.display().to_string())?
+                .into_std()
+                .await;
+            let len = f.metadata().ok().map(|m| m.len());
             let bar = Progress::start(dst, len);
-            copy(&mut f, w, &bar)
+            copy_local(&mut LocalSource::new(f, COPY_BUFFER), w, &bar)
                 .await
                 .with_context(|| p.display().to_string())?;
         }
@@ -267,12 +271,20 @@ pub async fn append_to_file(
     };
     for local in locals {
         let copied = if local.as_path() == Path::new("-") {
-            copy(&mut tokio::io::stdin(), &mut w, &Progress::none()).await
+            match LocalSource::stdin(COPY_BUFFER) {
+                Ok(mut src) => copy_local(&mut src, &mut w, &Progress::none()).await,
+                Err(e) => Err(anyhow!(e)),
+            }
+            .context("stdin")
         } else {
             match tokio::fs::File::open(local).await {
-                Ok(mut f) => copy(&mut f, &mut w, &Progress::none()).await,
-                Err(e) => Err(anyhow!(e).context(format!("{}", local.display()))),
+                Ok(f) => {
+                    let mut src = LocalSource::new(f.into_std().await, COPY_BUFFER);
+                    copy_local(&mut src, &mut w, &Progress::none()).await
+                }
+                Err(e) => Err(anyhow!(e)),
             }
+            .with_context(|| local.display().to_string())
         };
         if let Err(e) = copied {
             // What was acknowledged stays: close the file with it (as an HDFS writer would).
@@ -319,13 +331,14 @@ async fn get_one(
         // place (`/dev/null` replaced, for root).
         let bar = Progress::start(remote_name(remote), Some(r.len()));
         let work = async {
-            let mut f = tokio::fs::OpenOptions::new()
+            let f = tokio::fs::OpenOptions::new()
                 .write(true)
                 .open(target)
                 .await
                 .with_context(|| target.display().to_string())?;
-            copy_file(&mut r, &mut f, &bar).await?;
-            f.flush().await.map_err(anyhow::Error::from)
+            let mut f = LocalSink::new(f.into_std().await);
+            copy_file_local(&mut r, &mut f, &bar).await?;
+            f.finish(false).await.map_err(anyhow::Error::from)
         };
         return tokio::select! {
             r = work => r,
@@ -340,11 +353,12 @@ async fn get_one(
     let tmp = std::path::PathBuf::from(tmp);
     let bar = Progress::start(remote_name(remote), Some(r.len()));
     let work = async {
-        let mut f = tokio::fs::File::create(&tmp)
+        let f = tokio::fs::File::create(&tmp)
             .await
             .with_context(|| tmp.display().to_string())?;
-        copy_file(&mut r, &mut f, &bar).await?;
-        f.sync_all().await?;
+        let mut f = LocalSink::new(f.into_std().await);
+        copy_file_local(&mut r, &mut f, &bar).await?;
+        f.finish(true).await?;
         tokio::fs::rename(&tmp, target)
             .await
             .with_context(|| target.display().to_string())
@@ -367,14 +381,14 @@ fn is_special(path: &Path) -> bool {
 
 /// `cat PATH...`: each file in turn to stdout.
 pub async fn cat(fs: &FileSystem, paths: &[String]) -> anyhow::Result<()> {
-    let mut out = tokio::io::stdout();
+    let mut out = LocalSink::stdout().context("stdout")?;
     for p in paths {
         let mut r = fs.open(p).await?;
-        copy_file(&mut r, &mut out, &Progress::none())
+        copy_file_local(&mut r, &mut out, &Progress::none())
             .await
             .with_context(|| p.clone())?;
     }
-    Ok(())
+    out.finish(false).await.context("stdout")
 }
 
 /// `tail [-f] PATH`: the last kilobyte; with `follow`, then every byte that is added (the
@@ -383,13 +397,13 @@ pub async fn tail(fs: &FileSystem, path: &str, follow: bool) -> anyhow::Result<(
     if fs.stat(path).await?.kind == FileKind::Directory {
         bail!("{path}: is a directory");
     }
-    let mut out = tokio::io::stdout();
+    let mut out = LocalSink::stdout().context("stdout")?;
     let mut r = fs.open(path).await?;
     let mut pos = r.len().saturating_sub(TAIL_BYTES);
     loop {
         if r.len() > pos {
             r.seek(SeekFrom::Start(pos)).await?;
-            pos += copy_file(&mut r, &mut out, &Progress::none()).await?;
+            pos += copy_file_local(&mut r, &mut out, &Progress::none()).await?;
         }
         if !follow {
             return Ok(());
@@ -419,22 +433,44 @@ where
     Ok(total)
 }
 
-/// Copies `from` to `to` through a fixed buffer; returns the bytes copied.
-async fn copy<R, W>(from: &mut R, to: &mut W, bar: &Progress) -> anyhow::Result<u64>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = vec![0u8; COPY_BUFFER];
+/// Copies the rest of Sluice file `from` to a local file or stdout, the reader's buffers
+/// handed to the writing thread as they are (see [`LocalSink`]); returns the bytes copied,
+/// all written when it returns.
+async fn copy_file_local(
+    from: &mut FileReader,
+    to: &mut LocalSink,
+    bar: &Progress,
+) -> anyhow::Result<u64> {
     let mut total = 0u64;
     loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
+        let b = from.read_bytes(COPY_BUFFER).await?;
+        if b.is_empty() {
             break;
         }
-        to.write_all(&buf[..n]).await?;
-        total += n as u64;
-        bar.advance(n as u64);
+        let n = b.len() as u64;
+        to.write(b).await?;
+        total += n;
+        bar.advance(n);
+    }
+    to.flush().await?;
+    Ok(total)
+}
+
+/// Copies the rest of local file `from` into Sluice file `to`; returns the bytes copied.
+async fn copy_local(
+    from: &mut LocalSource,
+    to: &mut FileWriter,
+    bar: &Progress,
+) -> anyhow::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        let b = from.next().await?;
+        if b.is_empty() {
+            break;
+        }
+        to.write_all(b).await?;
+        total += b.len() as u64;
+        bar.advance(b.len() as u64);
     }
     to.flush().await?;
     Ok(total)
