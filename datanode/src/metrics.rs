@@ -255,6 +255,9 @@ metrics! {
     /// cached range), read on the blocking pool by the connection, which then went on with
     /// cached pieces instead of handing the rest of the range to the prefetching reader.
     stream_pieces_holes: Counter = "stream_pieces_holes",
+    /// ReadBlock pieces read by the prefetching reader with O_DIRECT (`read.o.direct.enabled`):
+    /// from the disk into the piece's buffer, past the page cache.
+    stream_pieces_direct: Counter = "stream_pieces_direct",
     /// ReadChunk chunks sent.
     chunks_sent: Counter = "chunks_sent",
     /// Of those, chunks found in the page cache and sent with `sendfile` (`read.sendfile`).

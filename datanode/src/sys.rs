@@ -68,6 +68,50 @@ pub(crate) fn open_direct(path: &Path) -> Result<Option<File>> {
     }
 }
 
+/// Opens `path` for O_DIRECT reads; `None` where the file system refuses O_DIRECT (the
+/// caller reads through the page cache).
+pub(crate) fn open_direct_read(path: &Path) -> Result<Option<File>> {
+    match File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if refuses_direct_io(&e) => {
+            tracing::debug!(path = %path.display(), "the file system refuses O_DIRECT: reading through the page cache");
+            Ok(None)
+        }
+        Err(e) => Err(DatanodeError::io("open (O_DIRECT)", path, e)),
+    }
+}
+
+/// Reads at least `want` bytes of `file` (opened with O_DIRECT) at `pos` into `buf`, whose
+/// address, length and `pos` are multiples of [`DIRECT_IO_ALIGN`]; returns the bytes read,
+/// fewer than `want` only where the file ends. Each call reads whole aligned blocks; a
+/// shorter one is the end of the file.
+pub(crate) fn read_direct_at(
+    file: &File,
+    buf: &mut [u8],
+    pos: u64,
+    want: usize,
+) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < want {
+        match file.read_at(&mut buf[done..], pos + done as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                if n % DIRECT_IO_ALIGN != 0 {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
 /// True when `e` is the file system refusing O_DIRECT (`EINVAL`).
 pub(crate) fn refuses_direct_io(e: &std::io::Error) -> bool {
     e.raw_os_error() == Some(libc::EINVAL)

@@ -155,6 +155,11 @@ pub struct DatanodeConfig {
     /// than reading it into a buffer first.
     #[serde(rename = "read.mmap.enabled")]
     pub read_mmap: bool,
+    /// Read a streaming read's pieces that are not in the page cache with `O_DIRECT`: from the
+    /// disk straight into the piece's buffer, with no copy out of the page cache and nothing
+    /// left in it to drop behind.
+    #[serde(rename = "read.o.direct.enabled")]
+    pub read_o_direct: bool,
     /// Node-wide cap on read-buffer memory: the read-ahead windows of streaming reads and the
     /// reply buffers of chunk reads. A read that does not fit is answered `ERROR_BUSY` at once
     /// (a stream first gives up its read-ahead); the client tries another replica or later.
@@ -235,6 +240,7 @@ impl Default for DatanodeConfig {
             read_prefetch_fadvise: PrefetchAdvice::Auto,
             read_sendfile: SendfileMode::Auto,
             read_mmap: true,
+            read_o_direct: false,
         }
     }
 }

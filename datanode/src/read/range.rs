@@ -11,9 +11,11 @@
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
 use crate::storage::meta::{self, MetaHeader};
+use crate::sys::DIRECT_IO_ALIGN;
 use bytes::{Bytes, BytesMut};
 use sluice_common::checksum::{self, CHECKSUM_SIZE};
 use sluice_common::proto::ReplicaState;
+use std::fs::File;
 
 /// One piece of a replica: data from a chunk boundary, and its checksums.
 #[derive(Clone, Debug)]
@@ -91,15 +93,34 @@ pub fn read_piece_into(
     buf.resize(sums_len + len, 0);
     let (sums, data) = buf.split_at_mut(sums_len);
     meta::read_exact_at(&r.block, data, start, &r.block_path)?;
+    read_sums(r, start, sums, data, stored_len)?;
+    Ok(Piece {
+        offset: start,
+        payload: buf.freeze(),
+        sums_len,
+    })
+}
+
+/// Reads the stored checksums of `data` (read from block offset `start`, a chunk boundary)
+/// into `sums`; a last chunk that ends inside a longer stored chunk gets the checksum of the
+/// bytes sent.
+fn read_sums(
+    r: &ReadReplica,
+    start: u64,
+    sums: &mut [u8],
+    data: &[u8],
+    stored_len: u64,
+) -> Result<()> {
+    let bpc = u64::from(r.entry.bytes_per_checksum);
     meta::read_exact_at(
         &r.meta,
         sums,
         MetaHeader::checksum_pos(start / bpc),
         &r.meta_path,
     )?;
-    let end = start + len as u64;
+    let end = start + data.len() as u64;
     let tail = end % bpc;
-    if tail != 0 && len > 0 {
+    if tail != 0 && !data.is_empty() {
         let chunk_start = end - tail;
         let stored_end = (chunk_start + bpc).min(stored_len);
         if stored_end > end {
@@ -111,11 +132,63 @@ pub fn read_piece_into(
             }
         }
     }
+    Ok(())
+}
+
+/// As [`read_piece_into`], the data read with O_DIRECT through `direct` (the block file opened
+/// with it) straight into the buffer: no copy out of the page cache, and nothing put in it.
+/// `start` must be a multiple of [`DIRECT_IO_ALIGN`]; `buf` is replaced by a buffer whose data
+/// starts at an aligned address when it is not one already (a window's buffers are after
+/// their first use).
+pub fn read_piece_direct(
+    r: &ReadReplica,
+    direct: &File,
+    start: u64,
+    len: usize,
+    stored_len: u64,
+    buf: BytesMut,
+) -> Result<Piece> {
+    let bpc32 = r.entry.bytes_per_checksum;
+    let bpc = u64::from(bpc32);
+    if bpc == 0 || !start.is_multiple_of(bpc) || !start.is_multiple_of(DIRECT_IO_ALIGN as u64) {
+        return Err(DatanodeError::invalid(format!(
+            "O_DIRECT read at {start}: not on a chunk boundary of {bpc} bytes and a multiple of \
+             {DIRECT_IO_ALIGN}"
+        )));
+    }
+    let sums_len = checksum::checksum_len(len, bpc32);
+    let mut buf = aligned_after(buf, sums_len, len.next_multiple_of(DIRECT_IO_ALIGN));
+    let (sums, data) = buf.split_at_mut(sums_len);
+    let got = crate::sys::read_direct_at(direct, data, start, len)
+        .map_err(|e| DatanodeError::io("read (O_DIRECT)", &r.block_path, e))?;
+    if got < len {
+        return Err(DatanodeError::CorruptMeta {
+            path: r.block_path.clone(),
+            reason: format!("{len} bytes wanted at offset {start}, file too short"),
+        });
+    }
+    read_sums(r, start, sums, &data[..len], stored_len)?;
+    buf.truncate(sums_len + len);
     Ok(Piece {
         offset: start,
         payload: buf.freeze(),
         sums_len,
     })
+}
+
+/// `buf`, or a new buffer, of `lead + len` bytes whose byte `lead` sits at an address aligned
+/// for O_DIRECT.
+fn aligned_after(mut buf: BytesMut, lead: usize, len: usize) -> BytesMut {
+    let aligned = (buf.as_ptr() as usize + lead).is_multiple_of(DIRECT_IO_ALIGN);
+    if aligned && buf.capacity() >= lead + len {
+        buf.resize(lead + len, 0);
+        return buf;
+    }
+    let mut b = BytesMut::zeroed(lead + len + DIRECT_IO_ALIGN);
+    let pad = (DIRECT_IO_ALIGN - (b.as_ptr() as usize + lead) % DIRECT_IO_ALIGN) % DIRECT_IO_ALIGN;
+    bytes::Buf::advance(&mut b, pad);
+    b.truncate(lead + len);
+    b
 }
 
 /// The replica's bytes per checksum when `[start, start + len)` can be served from the page
@@ -240,4 +313,24 @@ fn stored_chunk_ok(
         chunk_start,
         &chunk,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_o_direct_buffer_has_its_data_aligned_and_is_kept_once_it_is() {
+        for lead in [0usize, 8, 8192, 100] {
+            let b = aligned_after(BytesMut::zeroed(10), lead, 3 * DIRECT_IO_ALIGN);
+            assert_eq!(b.len(), lead + 3 * DIRECT_IO_ALIGN);
+            assert!((b.as_ptr() as usize + lead).is_multiple_of(DIRECT_IO_ALIGN));
+            // Recycled (as a window does, through `Bytes`): the same memory again.
+            let at = b.as_ptr();
+            let again = b.freeze().try_into_mut().unwrap();
+            let b = aligned_after(again, lead, 2 * DIRECT_IO_ALIGN);
+            assert_eq!(b.as_ptr(), at, "lead {lead}: reused");
+            assert_eq!(b.len(), lead + 2 * DIRECT_IO_ALIGN);
+        }
+    }
 }

@@ -22,13 +22,17 @@
 //! the channel closes and the reader stops.
 
 use super::prefetch::Prefetcher;
-use super::range::{file_piece, payload_len, read_piece_cached, read_piece_into, FilePiece, Piece};
+use super::range::{
+    file_piece, payload_len, read_piece_cached, read_piece_direct, read_piece_into, FilePiece,
+    Piece,
+};
 use super::window::{ReadWindow, WindowPiece};
 use crate::error::{DatanodeError, Result};
 use crate::metrics::Metrics;
 use crate::storage::dataset::ReadReplica;
 use crate::sys::{fadvise, Advice};
 use bytes::BytesMut;
+use sluice_common::proto::ReplicaState;
 use std::fs::File;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -46,6 +50,8 @@ pub struct PieceSource {
     stored_len: u64,
     prefetch: Prefetcher,
     metrics: Arc<Metrics>,
+    /// The block file opened with O_DIRECT (`read.o.direct.enabled`), for pieces not cached.
+    direct: Option<File>,
 }
 
 impl PieceSource {
@@ -83,7 +89,24 @@ impl PieceSource {
             stored_len,
             prefetch,
             metrics,
+            direct: None,
         })
+    }
+
+    /// Reads the pieces that are not in the page cache with O_DIRECT
+    /// (`read.o.direct.enabled`): a finalized replica on a file system that takes it, read
+    /// from an aligned offset. Elsewhere (a replica being written, whose newest bytes may sit
+    /// in the page cache only; a range starting off a 4 KiB boundary) the pieces go through
+    /// the page cache as before.
+    pub fn with_direct_reads(mut self) -> Result<Self> {
+        let aligned = self.next.is_multiple_of(crate::sys::DIRECT_IO_ALIGN as u64)
+            && self
+                .piece
+                .is_multiple_of(crate::sys::DIRECT_IO_ALIGN as u64);
+        if aligned && self.replica.entry.state == ReplicaState::Finalized {
+            self.direct = crate::sys::open_direct_read(&self.replica.block_path)?;
+        }
+        Ok(self)
     }
 
     /// Payload bytes (checksums and data) of the next piece; `None` at the end of the range.
@@ -97,11 +120,29 @@ impl PieceSource {
 
     /// Reads the next piece into `buf` (blocking); `None` at the end of the range.
     pub fn next_piece_into(&mut self, buf: BytesMut) -> Result<Option<Piece>> {
-        if self.next < self.end {
+        if self.next >= self.end {
+            return Ok(None);
+        }
+        let Some(direct) = &self.direct else {
             self.prefetch
                 .before_read(&self.advice_file, self.next, &self.metrics);
-        }
-        self.next_piece_unadvised(buf)
+            return self.next_piece_unadvised(buf);
+        };
+        // No advice: WILLNEED would read the range into the page cache, and the read below
+        // would then read it from the disk a second time.
+        let len = self.piece.min(self.end - self.next);
+        let p = read_piece_direct(
+            &self.replica,
+            direct,
+            self.next,
+            len as usize,
+            self.stored_len,
+            buf,
+        )?;
+        self.next += len;
+        self.metrics.stream_pieces_read.inc();
+        self.metrics.stream_pieces_direct.inc();
+        Ok(Some(p))
     }
 
     /// As [`Self::next_piece_into`], without advising the kernel ahead: for a hole in a cached

@@ -318,14 +318,18 @@ fn piece_source(ctx: &Ctx, plan: ReadPlan, piece: u64) -> Result<PieceSource> {
     if ctx.cfg.read_prefetch_fadvise == PrefetchAdvice::Auto {
         prefetch = prefetch.auto();
     }
-    PieceSource::new(
+    let source = PieceSource::new(
         plan.replica,
         plan.start,
         plan.end,
         piece,
         prefetch,
         ctx.metrics.clone(),
-    )
+    )?;
+    if ctx.cfg.read_o_direct {
+        return source.with_direct_reads();
+    }
+    Ok(source)
 }
 
 /// Starts the `BlockReader` task over the rest of `source`, `ahead` pieces ahead of the wire;

@@ -16,6 +16,7 @@ use sluice_common::Status;
 use sluice_tests::raw::RawConn;
 use sluice_tests::{random_bytes, wait_until, with_timeout, write_all, MiniCluster};
 use std::io::SeekFrom;
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -328,6 +329,91 @@ async fn cached_and_cold_reads(how: CachedSend) {
         [0, 0, 0, 0, 10],
         "cold, {how:?}: {WHAT}"
     );
+    cluster.shutdown().await;
+}
+
+/// `read.o.direct.enabled`: a cold stream's pieces are read with O_DIRECT, past the page
+/// cache — the bytes exact (the last piece's length not a multiple of 4 KiB), the block file
+/// left with no page in the cache. The same read through the page cache, drop-behind off,
+/// leaves the block file resident: the residency check can tell the two apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_pieces_are_read_with_o_direct_past_the_page_cache() {
+    with_timeout(LIMIT, "O_DIRECT reads", async {
+        sluice_tests::init_logging();
+        for direct in [true, false] {
+            cold_read_with_o_direct(direct).await;
+        }
+    })
+    .await
+}
+
+async fn cold_read_with_o_direct(direct: bool) {
+    let cluster = MiniCluster::builder()
+        .configure_datanodes(move |_, c| {
+            c.read_o_direct = direct;
+            // No drop-behind: a read through the page cache leaves its pages there.
+            c.read_ahead_cache_threshold = ByteSize::gib(1);
+        })
+        .start()
+        .await
+        .unwrap();
+    let fs = cluster.client().await.unwrap();
+    let data = random_bytes((3 * MIB + 1000) as usize, 17);
+    write_all(&fs, "/d/f", &data, wopts(16 * MIB), 1 << 20)
+        .await
+        .unwrap();
+    let lb = fs.get_block_locations("/d/f").await.unwrap().blocks[0].clone();
+    let dn = lb.locations[0].clone();
+    let i = (0..cluster.datanode_count())
+        .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
+        .unwrap();
+    let files = replica_and_meta(&cluster, i, lb.block.id.0);
+    // Where the file system refuses O_DIRECT (tmpfs on older kernels) the stream reads
+    // through the page cache, and only that fallback can be checked.
+    let supported = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&files[0])
+        .is_ok();
+    if direct && !supported {
+        eprintln!("this file system refuses O_DIRECT; the test checks the fallback only");
+    }
+    wait_until(
+        Duration::from_secs(20),
+        "the block file out of the page cache",
+        || {
+            set_cache(&files, false);
+            let none = resident_pages(&files[0]).iter().all(|&r| !r);
+            async move { none }
+        },
+    )
+    .await;
+    let m = cluster.datanode(i).unwrap().metrics();
+    let before = m.stream_pieces_direct.get();
+    let mut conn = RawConn::connect(&dn.data_addr)
+        .await
+        .unwrap()
+        .with_token(lb.token.clone());
+    let (got, _) = conn.read_replica(lb.block).await.unwrap();
+    assert!(got == data, "exact bytes (direct: {direct})");
+    let pieces = m.stream_pieces_direct.get() - before;
+    let resident = resident_pages(&files[0]).iter().filter(|&&r| r).count();
+    if direct && supported {
+        assert_eq!(
+            pieces, 4,
+            "three 1 MiB pieces and one of 1000 bytes, all O_DIRECT"
+        );
+        assert_eq!(
+            resident, 0,
+            "nothing of the block file put in the page cache"
+        );
+    } else {
+        assert_eq!(pieces, 0, "no O_DIRECT read (direct: {direct})");
+        assert!(
+            resident > 0,
+            "a read through the page cache leaves pages there"
+        );
+    }
     cluster.shutdown().await;
 }
 
