@@ -337,8 +337,9 @@ async fn get_one(
                 .await
                 .with_context(|| target.display().to_string())?;
             let mut f = LocalSink::new(f.into_std().await);
-            copy_file_local(&mut r, &mut f, &bar).await?;
-            f.finish(false).await.map_err(anyhow::Error::from)
+            let name = target.display().to_string();
+            copy_file_local(&mut r, &mut f, &name, &bar).await?;
+            f.finish(false).await.context(name)
         };
         return tokio::select! {
             r = work => r,
@@ -357,8 +358,9 @@ async fn get_one(
             .await
             .with_context(|| tmp.display().to_string())?;
         let mut f = LocalSink::new(f.into_std().await);
-        copy_file_local(&mut r, &mut f, &bar).await?;
-        f.finish(true).await?;
+        let name = tmp.display().to_string();
+        copy_file_local(&mut r, &mut f, &name, &bar).await?;
+        f.finish(true).await.context(name)?;
         tokio::fs::rename(&tmp, target)
             .await
             .with_context(|| target.display().to_string())
@@ -384,7 +386,7 @@ pub async fn cat(fs: &FileSystem, paths: &[String]) -> anyhow::Result<()> {
     let mut out = LocalSink::stdout().context("stdout")?;
     for p in paths {
         let mut r = fs.open(p).await?;
-        copy_file_local(&mut r, &mut out, &Progress::none())
+        copy_file_local(&mut r, &mut out, "stdout", &Progress::none())
             .await
             .with_context(|| p.clone())?;
     }
@@ -403,7 +405,7 @@ pub async fn tail(fs: &FileSystem, path: &str, follow: bool) -> anyhow::Result<(
     loop {
         if r.len() > pos {
             r.seek(SeekFrom::Start(pos)).await?;
-            pos += copy_file_local(&mut r, &mut out, &Progress::none()).await?;
+            pos += copy_file_local(&mut r, &mut out, "stdout", &Progress::none()).await?;
         }
         if !follow {
             return Ok(());
@@ -433,12 +435,13 @@ where
     Ok(total)
 }
 
-/// Copies the rest of Sluice file `from` to a local file or stdout, the reader's buffers
-/// handed to the writing thread as they are (see [`LocalSink`]); returns the bytes copied,
-/// all written when it returns.
+/// Copies the rest of Sluice file `from` to a local file or stdout (`name`, for errors), the
+/// reader's buffers handed to the writing thread as they are (see [`LocalSink`]); returns the
+/// bytes copied, all written when it returns.
 async fn copy_file_local(
     from: &mut FileReader,
     to: &mut LocalSink,
+    name: &str,
     bar: &Progress,
 ) -> anyhow::Result<u64> {
     let mut total = 0u64;
@@ -448,11 +451,11 @@ async fn copy_file_local(
             break;
         }
         let n = b.len() as u64;
-        to.write(b).await?;
+        to.write(b).await.with_context(|| name.to_string())?;
         total += n;
         bar.advance(n);
     }
-    to.flush().await?;
+    to.flush().await.with_context(|| name.to_string())?;
     Ok(total)
 }
 
