@@ -213,6 +213,35 @@ async fn hdfs_verbs_work_and_agree_with_each_other() {
         let kind = std::fs::metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "still a FIFO: {kind:?}");
 
+        // A local write that fails names what was written: a full device as the target of
+        // `get`, and as `cat`'s stdout.
+        if std::path::Path::new("/dev/full").exists() {
+            let err = fails(a, &["get", "/d/a", "/dev/full"]).await;
+            assert!(
+                err.contains("/dev/full") && err.contains("No space left on device"),
+                "{err}"
+            );
+            let full = std::fs::File::options()
+                .write(true)
+                .open("/dev/full")
+                .unwrap();
+            // `output()` would capture stdout over the file given: spawn, then wait.
+            let o = sluice_cmd(a, &["cat", "/d/a"])
+                .stdout(full)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+                .wait_with_output()
+                .await
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert!(
+                err.contains("stdout") && err.contains("No space left on device"),
+                "{err}"
+            );
+        }
+
         // setrep -w: repair brings every block to the new factor, up and down.
         ok(
             a,
