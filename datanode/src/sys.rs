@@ -51,34 +51,35 @@ pub(crate) fn write_all_at(
     Ok(())
 }
 
-/// Opens `path` for O_DIRECT writes; `None` (with a warning) where the file system refuses
-/// O_DIRECT.
-pub(crate) fn open_direct(path: &Path) -> Result<Option<File>> {
-    match File::options()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if refuses_direct_io(&e) => {
-            tracing::warn!(path = %path.display(), "the file system refuses O_DIRECT: flushing through the page cache");
-            Ok(None)
-        }
-        Err(e) => Err(DatanodeError::io("open (O_DIRECT)", path, e)),
-    }
+/// What a block file is opened with O_DIRECT for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DirectFor {
+    /// A buffered replica's flushes (`write.o.direct.enabled`).
+    Write,
+    /// A stream's pieces not in the page cache (`read.o.direct.enabled`).
+    Read,
 }
 
-/// Opens `path` for O_DIRECT reads; `None` where the file system refuses O_DIRECT (the
-/// caller reads through the page cache).
-pub(crate) fn open_direct_read(path: &Path) -> Result<Option<File>> {
-    match File::options()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
+/// Opens `path` with O_DIRECT; `None` where the file system refuses O_DIRECT, and the caller
+/// goes through the page cache (a flush with a warning, once per replica; a read quietly,
+/// once per stream).
+pub(crate) fn open_direct(path: &Path, what: DirectFor) -> Result<Option<File>> {
+    let mut opts = File::options();
+    match what {
+        DirectFor::Write => opts.write(true),
+        DirectFor::Read => opts.read(true),
+    };
+    match opts.custom_flags(libc::O_DIRECT).open(path) {
         Ok(f) => Ok(Some(f)),
         Err(e) if refuses_direct_io(&e) => {
-            tracing::debug!(path = %path.display(), "the file system refuses O_DIRECT: reading through the page cache");
+            match what {
+                DirectFor::Write => {
+                    tracing::warn!(path = %path.display(), "the file system refuses O_DIRECT: flushing through the page cache")
+                }
+                DirectFor::Read => {
+                    tracing::debug!(path = %path.display(), "the file system refuses O_DIRECT: reading through the page cache")
+                }
+            }
             Ok(None)
         }
         Err(e) => Err(DatanodeError::io("open (O_DIRECT)", path, e)),

@@ -104,7 +104,8 @@ impl PieceSource {
                 .piece
                 .is_multiple_of(crate::sys::DIRECT_IO_ALIGN as u64);
         if aligned && self.replica.entry.state == ReplicaState::Finalized {
-            self.direct = crate::sys::open_direct_read(&self.replica.block_path)?;
+            self.direct =
+                crate::sys::open_direct(&self.replica.block_path, crate::sys::DirectFor::Read)?;
         }
         Ok(self)
     }

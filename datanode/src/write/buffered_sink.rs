@@ -88,7 +88,7 @@ impl BufferedSink {
             )
         })?;
         let direct = if owner.settings().o_direct {
-            crate::sys::open_direct(&block_path)?
+            crate::sys::open_direct(&block_path, crate::sys::DirectFor::Write)?
         } else {
             None
         };
