@@ -160,6 +160,26 @@ async fn datanode_prefetch_advises_and_reads_ahead_and_can_be_turned_off() {
     .await
 }
 
+/// The first block of `path`, the index of the DataNode first in its locations, and that
+/// replica's block and metadata files.
+async fn first_replica(
+    cluster: &MiniCluster,
+    fs: &sluice_client::FileSystem,
+    path: &str,
+) -> (
+    sluice_common::rpc::LocatedBlock,
+    usize,
+    Vec<std::path::PathBuf>,
+) {
+    let lb = fs.get_block_locations(path).await.unwrap().blocks[0].clone();
+    let node = &lb.locations[0].node_id;
+    let i = (0..cluster.datanode_count())
+        .find(|&i| &cluster.datanode(i).unwrap().datanode_id().node_id == node)
+        .unwrap();
+    let files = replica_and_meta(cluster, i, lb.block.id.0);
+    (lb, i, files)
+}
+
 /// The block file and the metadata file of replica `id` on DataNode `i`.
 fn replica_and_meta(cluster: &MiniCluster, i: usize, id: u64) -> Vec<std::path::PathBuf> {
     let block_file = cluster.replica_files(i, id).remove(0);
@@ -255,12 +275,8 @@ async fn cached_and_cold_reads(how: CachedSend) {
     write_all(&fs, "/c/f", &data, wopts(16 * MIB), 1 << 20)
         .await
         .unwrap();
-    let lb = fs.get_block_locations("/c/f").await.unwrap().blocks[0].clone();
+    let (lb, i, files) = first_replica(&cluster, &fs, "/c/f").await;
     let dn = lb.locations[0].clone();
-    let i = (0..cluster.datanode_count())
-        .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
-        .unwrap();
-    let files = replica_and_meta(&cluster, i, lb.block.id.0);
     let m = cluster.datanode(i).unwrap().metrics();
     let counts = || {
         [
@@ -362,12 +378,8 @@ async fn cold_read_with_o_direct(direct: bool) {
     write_all(&fs, "/d/f", &data, wopts(16 * MIB), 1 << 20)
         .await
         .unwrap();
-    let lb = fs.get_block_locations("/d/f").await.unwrap().blocks[0].clone();
+    let (lb, i, files) = first_replica(&cluster, &fs, "/d/f").await;
     let dn = lb.locations[0].clone();
-    let i = (0..cluster.datanode_count())
-        .find(|&i| cluster.datanode(i).unwrap().datanode_id().node_id == dn.node_id)
-        .unwrap();
-    let files = replica_and_meta(&cluster, i, lb.block.id.0);
     // Where the file system refuses O_DIRECT (tmpfs on older kernels) the stream reads
     // through the page cache, and only that fallback can be checked.
     let supported = std::fs::File::options()
