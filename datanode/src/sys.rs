@@ -2,8 +2,8 @@
 //! `unsafe` code (the crate denies `unsafe_code` everywhere else): the directory fsync that
 //! makes entries created, renamed or removed in a directory durable, `pwrite` of a whole
 //! buffer, opening a block file with `O_DIRECT` and the buffers aligned for it,
-//! `posix_fadvise`, `statvfs`, the host name, and read-only block-file mappings sent with
-//! `send(2)` ([`FileMap`]).
+//! `posix_fadvise`, `statvfs` and the host name. (Read-only block-file mappings sent with
+//! `send(2)` are `sluice_common::memory::FileMap`, shared with the benchmarks.)
 #![allow(unsafe_code)] // the one place for it; each block says why it is sound
 
 use crate::error::{DatanodeError, IoContext, Result};
@@ -241,112 +241,6 @@ pub(crate) fn sendfile(
     Ok(n as usize)
 }
 
-/// A read-only shared mapping of part of a block file that user space never reads: its bytes
-/// reach a socket through [`FileMap::send`], so the only copy is the socket's own (a cached
-/// piece needs no `pread` into a buffer of ours first), and the receiver gets ordinary socket
-/// buffers (with `sendfile` it gets the page-cache pages themselves, dearer to copy out of on
-/// the same host).
-///
-/// Why this is safe where a mapping usually is not: a file truncated under a mapping, or a
-/// page the disk fails to read, raises `SIGBUS` only for an access from user space. Here the
-/// kernel alone touches the mapping, inside `send(2)`, and a fault it cannot resolve there
-/// fails the call with `EFAULT` (the test `a_mapping_of_a_truncated_file_fails_the_send`).
-/// Callers send only ranges they found in the page cache, as for `sendfile`: a page evicted
-/// since would be read from the disk inside the call.
-#[derive(Debug)]
-pub(crate) struct FileMap {
-    addr: NonNull<libc::c_void>,
-    /// Bytes mapped.
-    len: usize,
-    /// File offset of `addr` (a page boundary).
-    start: u64,
-}
-
-// SAFETY: the mapping is read-only and never dereferenced by this process: sharing the
-// address between threads shares nothing user space reads.
-unsafe impl Send for FileMap {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for FileMap {}
-
-impl FileMap {
-    /// Maps `[off, off + len)` of `file` (from the page boundary at or below `off`), read-only.
-    pub(crate) fn new(file: &File, off: u64, len: usize) -> std::io::Result<FileMap> {
-        let page = page_size();
-        let start = off / page * page;
-        let len = usize::try_from(off - start)
-            .ok()
-            .and_then(|head| head.checked_add(len))
-            .filter(|&l| l > 0)
-            .ok_or_else(|| std::io::Error::other(format!("cannot map {len} bytes at {off}")))?;
-        let at = libc::off_t::try_from(start).map_err(std::io::Error::other)?;
-        // SAFETY: a new read-only shared mapping of a valid fd at a page-aligned offset; the
-        // kernel picks the address. The file may be closed after: the mapping keeps its own
-        // reference.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                at,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let addr = NonNull::new(addr).ok_or_else(|| std::io::Error::other("mmap returned null"))?;
-        Ok(FileMap { addr, len, start })
-    }
-
-    /// True if `[off, off + len)` of the file lies within the mapping.
-    pub(crate) fn covers(&self, off: u64, len: usize) -> bool {
-        off >= self.start && off + len as u64 <= self.start + self.len as u64
-    }
-
-    /// `send(2)` of up to `len` bytes at file offset `off` (within the mapping) to the
-    /// non-blocking socket `sock`: the bytes sent, `WouldBlock` when the socket is full,
-    /// `EFAULT` when the file no longer holds them.
-    pub(crate) fn send(&self, sock: RawFd, off: u64, len: usize) -> std::io::Result<usize> {
-        if !self.covers(off, len) {
-            return Err(std::io::Error::other(format!(
-                "{len} bytes at {off} are outside the mapping of {} bytes at {}",
-                self.len, self.start
-            )));
-        }
-        let at = (off - self.start) as usize;
-        // SAFETY: `[at, at + len)` lies within the live mapping (checked above); only the
-        // kernel reads it, and a fault there fails the call instead of raising a signal.
-        // MSG_NOSIGNAL: a closed peer is an EPIPE, not a SIGPIPE.
-        let n = unsafe {
-            libc::send(
-                sock,
-                self.addr.as_ptr().cast::<u8>().add(at).cast(),
-                len,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(n as usize)
-    }
-}
-
-impl Drop for FileMap {
-    fn drop(&mut self) {
-        // SAFETY: unmapping this mapping, once; nothing holds a pointer into it.
-        unsafe { libc::munmap(self.addr.as_ptr(), self.len) };
-    }
-}
-
-/// The size of a memory page.
-fn page_size() -> u64 {
-    // SAFETY: sysconf reads a constant of the system.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
-}
-
 /// Space of the file system holding `path` (`statvfs`).
 pub(crate) fn statvfs(path: &Path) -> Result<Space> {
     use std::os::unix::ffi::OsStrExt;
@@ -468,53 +362,6 @@ pub(crate) mod record {
 mod tests {
     use super::*;
     use std::io::Write;
-
-    /// A connected pair of loopback sockets (the sender non-blocking) for the mapping tests.
-    fn socket_pair() -> (std::net::TcpStream, std::net::TcpStream) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (rx, _) = l.accept().unwrap();
-        tx.set_nonblocking(true).unwrap();
-        (tx, rx)
-    }
-
-    #[test]
-    fn a_mapping_sends_the_file_bytes_it_covers() {
-        use std::io::Read;
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        let data: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
-        f.write_all(&data).unwrap();
-        // From an offset that is not a page boundary: the mapping starts at the page below.
-        let map = FileMap::new(f.as_file(), 5000, 20_000).unwrap();
-        assert!(map.covers(4096, 20_904) && !map.covers(4095, 10) && !map.covers(5000, 20_001));
-        let (tx, mut rx) = socket_pair();
-        assert_eq!(map.send(tx.as_raw_fd(), 5000, 20_000).unwrap(), 20_000);
-        assert!(
-            map.send(tx.as_raw_fd(), 24_000, 2000).is_err(),
-            "outside the mapping"
-        );
-        let mut got = vec![0u8; 20_000];
-        rx.read_exact(&mut got).unwrap();
-        assert_eq!(got, data[5000..25_000]);
-    }
-
-    #[test]
-    fn a_mapping_of_a_truncated_file_fails_the_send() {
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(&vec![7u8; 256 * 1024]).unwrap();
-        let map = FileMap::new(f.as_file(), 0, 256 * 1024).unwrap();
-        f.as_file().set_len(4096).unwrap();
-        let (tx, _rx) = socket_pair();
-        // Bytes past the new end: the kernel's fault fails the call (this process would
-        // have died of SIGBUS had user space read them).
-        let e = map.send(tx.as_raw_fd(), 64 * 1024, 64 * 1024).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
-        assert_eq!(
-            map.send(tx.as_raw_fd(), 0, 4096).unwrap(),
-            4096,
-            "what is left"
-        );
-    }
 
     #[test]
     fn a_cached_read_fills_the_buffer_or_says_it_would_wait() {

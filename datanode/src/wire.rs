@@ -2,10 +2,10 @@
 //! send a message and to receive one within a timeout.
 
 use crate::error::{DatanodeError, Result};
-use crate::sys::FileMap;
 use bytes::Bytes;
 use sluice_common::frame::{Frame, FrameCodec};
 use sluice_common::framed::{self, TimedError};
+use sluice_common::memory::FileMap;
 use sluice_common::proto::{Message, OpResponse};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;

@@ -18,11 +18,12 @@ use super::window::ReadWindow;
 use crate::context::Ctx;
 use crate::error::{DatanodeError, Result};
 use crate::storage::dataset::ReadReplica;
-use crate::sys::{fadvise, Advice, FileMap};
+use crate::sys::{fadvise, Advice};
 use crate::wire::{self, FrameWriter};
 use bytes::{Bytes, BytesMut};
 use sluice_common::checksum;
 use sluice_common::config::{PrefetchAdvice, SendfileMode};
+use sluice_common::memory::FileMap;
 use sluice_common::proto::{
     ChunkHeader, Message, OpResponse, ReadBlockOp, ReadChunkOp, ReadEnd, ReplicaInfo,
     ReplicaInfoOp, ReplicaState,
