@@ -16,7 +16,7 @@
 //! against that cluster as it is configured, under `/bench/meta` (removed afterwards).
 
 use super::report::{print_table, Latencies, Machine};
-use super::{embedded_cluster, fresh_dir};
+use super::{embedded_cluster, fresh_dir, ClusterRuntime};
 use crate::Globals;
 use anyhow::Context as _;
 use clap::Args;
@@ -176,7 +176,14 @@ async fn embedded(args: &MetaArgs, g: &Globals, rows: &mut Vec<Row>) -> anyhow::
             metadata_given: false,
         };
         g2.full.metadata.group_commit = *setting == Switch::On;
-        let (cluster, _fs) = embedded_cluster(&dir, args.datanodes, &g2, &g.full.datanode).await?;
+        let (cluster, _fs) = embedded_cluster(
+            &dir,
+            args.datanodes,
+            &g2,
+            &g.full.datanode,
+            ClusterRuntime::Shared,
+        )
+        .await?;
         let addr = cluster.metadata_addr().to_string();
         let r = match connect(g, args.connections, &addr).await {
             Ok(conns) => every_task_count(args, &conns, setting.name(), rows).await,

@@ -25,7 +25,7 @@ use super::report::{
     opt, print_table, process_cpu_secs, scrape, Latencies, Machine, Spread, WriteCounters, MIB,
 };
 use super::write::random_block;
-use super::{embedded_cluster, fresh_dir, Batching};
+use super::{embedded_cluster, fresh_dir, Batching, ClusterRuntime};
 use crate::Globals;
 use clap::Args;
 use rand::{Rng, SeedableRng};
@@ -256,7 +256,8 @@ async fn embedded(args: &MixedArgs, g: &Globals) -> anyhow::Result<Report> {
             let dir = args.dir.join(format!("{}-{run}", config.name()));
             std::fs::create_dir_all(&dir)?;
             let dn = config.apply(&g.full.datanode);
-            let (cluster, fs) = embedded_cluster(&dir, args.datanodes, g, &dn).await?;
+            let (cluster, fs) =
+                embedded_cluster(&dir, args.datanodes, g, &dn, ClusterRuntime::Shared).await?;
             let s = phase(&fs, args, Some(&dir)).await;
             cluster.stop().await;
             if !args.keep {

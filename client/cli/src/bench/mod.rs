@@ -112,19 +112,92 @@ pub fn fresh_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Starts an embedded cluster of `datanodes` DataNodes configured as `dn` under `dir` (see
-/// [`crate::local::start_cluster`]) and connects to it once every DataNode is live.
+/// [`crate::local::start_cluster`]) on the runtime `on` says ([`BenchCluster`]) and connects
+/// to it once every DataNode is live.
 pub async fn embedded_cluster(
     dir: &Path,
     datanodes: usize,
     g: &Globals,
     dn: &DatanodeConfig,
-) -> anyhow::Result<(EmbeddedCluster, FileSystem)> {
-    let meta = g.full.metadata.clone();
-    let cluster = crate::local::start_cluster(dir, datanodes, meta, dn, 0, 0).await?;
+    on: ClusterRuntime,
+) -> anyhow::Result<(BenchCluster, FileSystem)> {
+    let (meta, dir, dn) = (g.full.metadata.clone(), dir.to_path_buf(), dn.clone());
+    let start = async move { crate::local::start_cluster(&dir, datanodes, meta, &dn, 0, 0).await };
+    let mut cluster = BenchCluster {
+        cluster: None,
+        rt: None,
+    };
+    cluster.cluster = Some(match on {
+        ClusterRuntime::Shared => start.await?,
+        ClusterRuntime::Own => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("sluice-cluster")
+                .build()
+                .context("starting the cluster's runtime")?;
+            let started = rt.spawn(start);
+            cluster.rt = Some(rt);
+            started.await.context("the cluster's runtime")??
+        }
+    });
     let cfg = ClientConfig {
         metadata_address: cluster.metadata_addr().to_string(),
         ..g.config.clone()
     };
     let fs = FileSystem::connect(cfg).await?;
     Ok((cluster, fs))
+}
+
+/// Where a benchmark's embedded cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterRuntime {
+    /// On the command's runtime, beside the benchmark's client (`bench write`, `mixed`,
+    /// `meta`).
+    Shared,
+    /// On a tokio runtime of its own (threads `sluice-cluster`, one worker per core), as a
+    /// deployed client never shares one with the DataNodes it reads from (`bench read`).
+    ///
+    /// On a shared runtime a DataNode's sending task and the client's receiving task woke each
+    /// other on one worker (tokio runs a task woken from a worker next on that same worker),
+    /// so on two cores they often ran in turn instead of side by side. For one warm stream the
+    /// own runtime measured 2,235–3,915 MB/s (median 3,003) against 1,772–3,961 (2,854) over
+    /// three alternated pairs of `bench read --threads 1`; for `bench write` it measured no
+    /// better (32 × 8 MiB 272–337 MB/s against 345–358, two pairs), so the write benchmarks
+    /// keep sharing. See docs/benchmarks.md, "Tenth round".
+    Own,
+}
+
+/// A benchmark's embedded cluster, and its own runtime if it has one ([`ClusterRuntime`]).
+pub struct BenchCluster {
+    cluster: Option<EmbeddedCluster>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl BenchCluster {
+    /// The metadata service's RPC address.
+    pub fn metadata_addr(&self) -> std::net::SocketAddr {
+        match &self.cluster {
+            Some(c) => c.metadata_addr(),
+            None => std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    /// Stops every node (on the cluster's own runtime, if it has one), then that runtime.
+    pub async fn stop(mut self) {
+        match (self.cluster.take(), self.rt.as_ref()) {
+            (Some(cluster), Some(rt)) => drop(rt.spawn(cluster.stop()).await),
+            (Some(cluster), None) => cluster.stop().await,
+            (None, _) => {}
+        }
+    }
+}
+
+impl Drop for BenchCluster {
+    fn drop(&mut self) {
+        // Not `drop(rt)`: that waits for the runtime's blocking threads, which must not
+        // happen on a runtime thread of the caller. Nodes not stopped are dropped with it.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }

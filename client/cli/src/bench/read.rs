@@ -48,8 +48,8 @@ use clap::Args;
 use rand::{RngCore, SeedableRng};
 use report::{Report, Row, Sample};
 use sluice_client::{FileSystem, ReadMode, ReadOptions, WriteOptions};
-use sluice_cluster::EmbeddedCluster;
 use sluice_common::config::{ByteSize, DatanodeConfig, PrefetchAdvice};
+use sluice_common::memory::FileMap;
 use sluice_common::rpc::Health;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -316,8 +316,8 @@ async fn start_cluster(
     g: &Globals,
     dir: &Path,
     dn: &DatanodeConfig,
-) -> anyhow::Result<(EmbeddedCluster, FileSystem)> {
-    super::embedded_cluster(dir, args.datanodes, g, dn).await
+) -> anyhow::Result<(super::BenchCluster, FileSystem)> {
+    super::embedded_cluster(dir, args.datanodes, g, dn, super::ClusterRuntime::Own).await
 }
 
 async fn wait_healthy(fs: &FileSystem) -> anyhow::Result<()> {
@@ -383,6 +383,7 @@ async fn experiment(
 ) -> anyhow::Result<Vec<Row>> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
     let mut copies: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
+    let mut file_copies: Vec<Vec<Sample>> = vec![Vec::new(); caches.len() * modes.len()];
     let mut floors: Vec<Vec<FloorSample>> = vec![Vec::new(); caches.len()];
     for _ in 0..args.runs {
         for (ci, cache) in caches.iter().enumerate() {
@@ -391,10 +392,17 @@ async fn experiment(
                 floors[ci].push(floor_read(l, args, paths.len()).await?);
             }
             for (mi, mode) in modes.iter().enumerate() {
-                // One warm stream's ceiling, paired: a loopback copy just before each run,
-                // so that the ratio does not depend on what the machine did minutes earlier.
+                // One warm stream's ceiling, paired: the loopback copies just before each
+                // run, so that the ratio does not depend on what the machine did minutes
+                // earlier (the files are warm: prepared for the floor above).
                 if paths.len() == 1 && *cache == CacheState::Warm && *mode == ReadMode::Stream {
-                    copies[ci * modes.len() + mi].push(loopback_once(args.size.bytes()).await?);
+                    let i = ci * modes.len() + mi;
+                    copies[i].push(loopback_once(args.size.bytes()).await?);
+                    if let Some(l) = local {
+                        let segs = replica_segments(l.dir, 1, args.size.bytes())?;
+                        let segs = segs.into_iter().flatten().collect();
+                        file_copies[i].push(loopback_file_once(segs).await?);
+                    }
                 }
                 let resident = match local {
                     Some(l) => prepare(l.dir, *cache).await?,
@@ -416,7 +424,9 @@ async fn experiment(
             };
             let row = Row::new(paths.len(), name, cache.name(), prefetch.into(), runs);
             let copies = std::mem::take(&mut copies[ci * modes.len() + mi]);
-            rows.push(row.with_floor(floors[ci].clone()).with_loopback(copies));
+            let file_copies = std::mem::take(&mut file_copies[ci * modes.len() + mi]);
+            let row = row.with_floor(floors[ci].clone());
+            rows.push(row.with_loopback(copies, file_copies));
         }
     }
     Ok(rows)
@@ -426,13 +436,23 @@ async fn experiment(
 /// files under the cluster's directory (data files only, in name order, each reader its own
 /// stretch), in the page-cache state the caller prepared.
 async fn floor_read(l: Local<'_>, args: &ReadArgs, readers: usize) -> anyhow::Result<FloorSample> {
-    let files: Vec<PathBuf> = cache::replica_files(l.dir)
+    let segs = replica_segments(l.dir, readers, args.size.bytes())?;
+    let (piece, read) = (l.piece, args.read_size.as_usize());
+    Ok(tokio::task::spawn_blocking(move || floor::read(&segs, piece, read)).await??)
+}
+
+/// The replica data files under `dir` (not the `.meta` files), in name order, cut into
+/// `readers` stretches of `size` bytes ([`floor::segments`]).
+fn replica_segments(
+    dir: &Path,
+    readers: usize,
+    size: u64,
+) -> anyhow::Result<Vec<Vec<floor::Segment>>> {
+    let files: Vec<PathBuf> = cache::replica_files(dir)
         .into_iter()
         .filter(|p| p.extension().is_none_or(|e| e != "meta"))
         .collect();
-    let segs = floor::segments(&files, readers, args.size.bytes())?;
-    let (piece, read) = (l.piece, args.read_size.as_usize());
-    Ok(tokio::task::spawn_blocking(move || floor::read(&segs, piece, read)).await??)
+    Ok(floor::segments(&files, readers, size)?)
 }
 
 /// Warms or evicts every replica file under `dir`; the fraction of their pages resident
@@ -530,11 +550,8 @@ async fn loopback(args: &ReadArgs) -> anyhow::Result<Row> {
 }
 
 async fn loopback_once(bytes: u64) -> anyhow::Result<Sample> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let sender = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await?;
-        let buf = vec![0xa5u8; 1 << 20];
+    timed_copy(bytes, move |mut s| async move {
+        let buf = vec![0xa5u8; COPY_SIZE];
         let mut left = bytes;
         while left > 0 {
             let n = left.min(buf.len() as u64) as usize;
@@ -542,11 +559,67 @@ async fn loopback_once(bytes: u64) -> anyhow::Result<Sample> {
             left -= n as u64;
         }
         s.shutdown().await
+    })
+    .await
+}
+
+/// The same copy of the file's own bytes: `segs` of the (warm) replica files sent from a
+/// mapping of them (`send(2)` straight from the page cache, as the DataNode sends a cached
+/// piece) in the same 1 MiB sends, instead of one buffer sent over and over. The copy above
+/// never leaves the CPU caches; this one reads each byte from memory once, as any read of
+/// the file must.
+async fn loopback_file_once(segs: Vec<floor::Segment>) -> anyhow::Result<Sample> {
+    let bytes = segs.iter().map(|s| s.len).sum();
+    let mut maps = Vec::new();
+    for seg in &segs {
+        let file = std::fs::File::open(&seg.path)
+            .with_context(|| format!("opening {}", seg.path.display()))?;
+        let len = usize::try_from(seg.len).context("a segment larger than memory")?;
+        maps.push((FileMap::new(&file, seg.offset, len)?, seg.offset, seg.len));
+    }
+    timed_copy(bytes, move |mut s| async move {
+        use std::os::fd::AsRawFd as _;
+        for (map, offset, len) in &maps {
+            let mut at = 0u64;
+            while at < *len {
+                let n = (len - at).min(COPY_SIZE as u64) as usize;
+                s.writable().await?;
+                let sent = s.try_io(tokio::io::Interest::WRITABLE, || {
+                    map.send(s.as_raw_fd(), offset + at, n)
+                });
+                match sent {
+                    Ok(0) => return Err(std::io::Error::other("a replica file shrank")),
+                    Ok(k) => at += k as u64,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        s.shutdown().await
+    })
+    .await
+}
+
+/// Bytes per send and per receive of the loopback copies.
+const COPY_SIZE: usize = 1 << 20;
+
+/// Times a loopback copy: `send` writes `bytes` to the accepted socket; the receiver reads
+/// them `COPY_SIZE` at a time into one buffer.
+async fn timed_copy<F, Fut>(bytes: u64, send: F) -> anyhow::Result<Sample>
+where
+    F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>> + Send,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let sender = tokio::spawn(async move {
+        let (s, _) = listener.accept().await?;
+        send(s).await
     });
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
     let cpu = process_cpu_secs();
     let started = Instant::now();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; COPY_SIZE];
     let mut got = 0u64;
     loop {
         let n = conn.read(&mut buf).await?;

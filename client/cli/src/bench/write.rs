@@ -29,7 +29,7 @@ use super::report::{
     opt, print_table, process_cpu_secs, replica_counts, scrape, Latencies, Machine, Spread,
     WriteCounters,
 };
-use super::{embedded_cluster, fresh_dir, Batching};
+use super::{embedded_cluster, fresh_dir, Batching, ClusterRuntime};
 use crate::Globals;
 use clap::Args;
 use rand::{RngCore, SeedableRng};
@@ -185,7 +185,8 @@ async fn embedded(args: &WriteArgs, g: &Globals) -> anyhow::Result<Report> {
             let dir = args.dir.join(format!("{}-{run}", config.name()));
             std::fs::create_dir_all(&dir)?;
             let dn = config.apply(&g.full.datanode);
-            let (cluster, fs) = embedded_cluster(&dir, args.datanodes, g, &dn).await?;
+            let (cluster, fs) =
+                embedded_cluster(&dir, args.datanodes, g, &dn, ClusterRuntime::Shared).await?;
             let single = measure(&fs, args, Experiment::Single).await;
             let many = measure(&fs, args, Experiment::Many).await;
             cluster.stop().await;

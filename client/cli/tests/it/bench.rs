@@ -96,17 +96,22 @@ fn bench_read_reports_both_modes_warm_and_cold_and_prefetch_off() {
             .filter(|r| r["prefetch"] == label && r["mode"] == "stream");
         assert_eq!(stream.count(), 4, "{label}");
     }
-    // One warm stream, in each of the four prefetch configurations, paired with a loopback
-    // copy before each of its runs.
+    // One warm stream, in each of the four prefetch configurations, paired with both loopback
+    // copies (one buffer; the file's bytes) before each of its runs.
     for r in rows {
         let paired = r["threads"] == 1 && r["cache"] == "warm" && r["mode"] == "stream";
-        assert_eq!(r["mb_s_vs_loopback"].is_f64(), paired, "{r:#}");
-        let copies = r["loopback_runs"].as_array().map_or(0, Vec::len);
-        assert_eq!(copies, if paired { 2 } else { 0 }, "{r:#}");
+        for (ratio, runs) in [
+            ("mb_s_vs_loopback", "loopback_runs"),
+            ("mb_s_vs_loopback_file", "loopback_file_runs"),
+        ] {
+            assert_eq!(r[ratio].is_f64(), paired, "{ratio}: {r:#}");
+            let copies = r[runs].as_array().map_or(0, Vec::len);
+            assert_eq!(copies, if paired { 2 } else { 0 }, "{runs}: {r:#}");
+        }
     }
     // stream/chunk (4), each prefetch configuration against off (3 x 4), stream/loopback
-    // copy (4).
-    assert_eq!(report["ratios"].as_array().unwrap().len(), 20, "{report:#}");
+    // copy and stream/copy of the file's bytes (4 each).
+    assert_eq!(report["ratios"].as_array().unwrap().len(), 24, "{report:#}");
     assert!(report["loopback"]["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
 }
 

@@ -103,13 +103,22 @@ pub struct Row {
     /// Medians against the floor's (flattened: `mb_s`, `floor_mb_s`, ...).
     #[serde(flatten)]
     pub vs_floor: VsFloor,
-    /// A plain loopback copy of the same bytes run just before each run (one warm stream
-    /// only): the ceiling in the same moment as the run, paired with it.
+    /// A plain loopback copy of as many bytes, sent from one 1 MiB buffer, run just before
+    /// each run (one warm stream only): the ceiling in the same moment as the run, paired
+    /// with it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub loopback_runs: Vec<Sample>,
     /// The median over runs of (the run's MB/s / its paired loopback copy's MB/s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mb_s_vs_loopback: Option<f64>,
+    /// The same copy of the file's own bytes: sent from a mapping of the (warm) replica files
+    /// instead of one buffer, run just before each run, after the copy above (one warm stream
+    /// of the benchmark's own cluster only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loopback_file_runs: Vec<Sample>,
+    /// The median over runs of (the run's MB/s / its paired copy of the file's bytes' MB/s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mb_s_vs_loopback_file: Option<f64>,
 }
 
 impl Row {
@@ -137,18 +146,32 @@ impl Row {
             runs,
             loopback_runs: Vec::new(),
             mb_s_vs_loopback: None,
+            loopback_file_runs: Vec::new(),
+            mb_s_vs_loopback_file: None,
         }
     }
 
-    /// The row with a loopback copy paired with each of its runs (run just before it).
-    pub fn with_loopback(mut self, copies: Vec<Sample>) -> Row {
-        if copies.len() == self.runs.len() && !copies.is_empty() {
-            let ratios = self.runs.iter().zip(&copies);
-            let ratios = ratios.map(|(r, c)| r.mb_per_s / c.mb_per_s.max(1e-9));
-            self.mb_s_vs_loopback = Some(Spread::of(ratios).median);
+    /// The row with the loopback copies paired with each of its runs (run just before it):
+    /// from one buffer, and of the file's bytes (either may be empty).
+    pub fn with_loopback(mut self, copies: Vec<Sample>, file_copies: Vec<Sample>) -> Row {
+        if let Some(ratio) = self.paired_ratio(&copies) {
+            self.mb_s_vs_loopback = Some(ratio);
             self.loopback_runs = copies;
         }
+        if let Some(ratio) = self.paired_ratio(&file_copies) {
+            self.mb_s_vs_loopback_file = Some(ratio);
+            self.loopback_file_runs = file_copies;
+        }
         self
+    }
+
+    /// The median of the per-run ratios against `copies`, one per run.
+    fn paired_ratio(&self, copies: &[Sample]) -> Option<f64> {
+        if copies.len() != self.runs.len() || copies.is_empty() {
+            return None;
+        }
+        let ratios = self.runs.iter().zip(copies);
+        Some(Spread::of(ratios.map(|(r, c)| r.mb_per_s / c.mb_per_s.max(1e-9))).median)
     }
 
     /// The row with the floor measured in the same runs.
@@ -205,6 +228,16 @@ impl Report {
                 out.push(Ratio {
                     what: format!(
                         "stream/loopback copy (paired runs), {} thread(s), {}, prefetch {}",
+                        s.threads, s.cache, s.prefetch
+                    ),
+                    ratio,
+                });
+            }
+            if let Some(ratio) = s.mb_s_vs_loopback_file {
+                out.push(Ratio {
+                    what: format!(
+                        "stream/loopback copy of the file's bytes (paired runs), {} thread(s), \
+                         {}, prefetch {}",
                         s.threads, s.cache, s.prefetch
                     ),
                     ratio,
@@ -339,6 +372,11 @@ impl Report {
              files, in the same page-cache state, read in pieces by one thread and copied over \
              loopback TCP to another; medians); x floor: Sluice / floor."
         );
+        println!(
+            "Paired with each warm single stream: the loopback copy (1 MiB sends of one buffer, \
+             which stays in the CPU caches) and the loopback copy of the file's bytes (the same \
+             sends from a mapping of the warm replica files: each byte read from memory once)."
+        );
         for r in &self.ratios {
             println!("{:<60} {:.2}x", r.what, r.ratio);
         }
@@ -406,11 +444,19 @@ mod tests {
             "8MiB".into(),
             vec![s(2000), s(3000), s(2500)],
         );
-        let row = row.with_loopback(vec![s(4000), s(3000), s(5000)]);
+        // The copies of the file's bytes: 1.0×, 1.5×, 1.25×.
+        let file = vec![s(2000), s(2000), s(2000)];
+        let row = row.with_loopback(vec![s(4000), s(3000), s(5000)], file);
         assert_eq!(row.mb_s_vs_loopback, Some(0.5));
         assert_eq!(row.loopback_runs.len(), 3);
+        assert_eq!(row.mb_s_vs_loopback_file, Some(1.25));
+        assert_eq!(row.loopback_file_runs.len(), 3);
         // Not paired run for run: no ratio.
         let row = Row::new(1, "stream", "warm", "8MiB".into(), vec![s(2000)]);
-        assert_eq!(row.with_loopback(vec![s(1), s(2)]).mb_s_vs_loopback, None);
+        let row = row.with_loopback(vec![s(1), s(2)], Vec::new());
+        assert_eq!(
+            (row.mb_s_vs_loopback, row.mb_s_vs_loopback_file),
+            (None, None)
+        );
     }
 }
