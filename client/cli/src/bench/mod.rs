@@ -201,3 +201,78 @@ impl Drop for BenchCluster {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_common::config::SluiceConfig;
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+
+    /// The threads of this process named `name`, and the CPU ticks (user + system) they used.
+    fn threads_named(name: &str) -> (usize, u64) {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return (0, 0);
+        };
+        let stats = tasks.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok());
+        // `pid (comm) state ...`: utime and stime are the 12th and 13th fields after `comm`.
+        let ours = stats.filter_map(|st| {
+            let (head, rest) = st.rsplit_once(") ")?;
+            let comm = head.split_once(" (")?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            (comm == name).then_some(ticks)
+        });
+        ours.fold((0, 0), |(n, t), ticks| (n + 1, t + ticks))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cluster_on_its_own_runtime_runs_on_its_own_threads_until_stopped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let g = Globals {
+            config: ClientConfig::default(),
+            full: SluiceConfig::default(),
+            metadata_given: false,
+        };
+        let limit = Duration::from_secs(60);
+        for on in [ClusterRuntime::Shared, ClusterRuntime::Own] {
+            let dir = tmp.path().join(format!("{on:?}"));
+            let start = embedded_cluster(&dir, 1, &g, &g.full.datanode, on);
+            let (cluster, fs) = tokio::time::timeout(limit, start).await.unwrap().unwrap();
+            let (threads, before) = threads_named("sluice-cluster");
+            assert_eq!(
+                threads > 0,
+                on == ClusterRuntime::Own,
+                "{on:?}: {threads} threads"
+            );
+            // The cluster serves 32 MiB written and read back, and does that work on its own
+            // threads: they used CPU time meanwhile (the DataNode checks, writes and sends).
+            let data: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
+            let mut w = fs.create("/f", Default::default()).await.unwrap();
+            w.write_all(&data).await.unwrap();
+            w.close().await.unwrap();
+            let mut r = fs.open("/f").await.unwrap();
+            let mut got = Vec::new();
+            loop {
+                let b = r.read_bytes(4 << 20).await.unwrap();
+                if b.is_empty() {
+                    break;
+                }
+                got.extend_from_slice(&b);
+            }
+            assert!(got == data, "{on:?}: the bytes read back differ");
+            let used = threads_named("sluice-cluster").1 - before;
+            assert_eq!(used > 0, on == ClusterRuntime::Own, "{on:?}: {used} ticks");
+            drop((r, fs));
+            tokio::time::timeout(limit, cluster.stop()).await.unwrap();
+            let deadline = Instant::now() + limit;
+            while threads_named("sluice-cluster").0 > 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "{on:?}: the runtime's threads stayed"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
