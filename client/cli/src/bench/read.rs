@@ -32,12 +32,13 @@
 //! paired with it (`loopback_runs`, `mb_s_vs_loopback`: the median of the per-run ratios). Each configuration runs `--runs` times (min/median/max); runs of
 //! both modes are interleaved so that drift on a shared machine hits both alike.
 //!
-//! By default the benchmark runs its own embedded cluster ([`sluice_cluster::EmbeddedCluster`]) under `--dir`,
-//! which it removes afterwards (unless `--keep`), on a tokio runtime of its own
+//! By default the benchmark runs its own embedded cluster ([`sluice_cluster::EmbeddedCluster`])
+//! under `--dir`, which it removes afterwards (unless `--keep`), on a tokio runtime of its own
 //! ([`super::ClusterRuntime::Own`]: a client never shares one with its DataNodes), restarted
-//! after it wrote the files so that every configuration reads from a cluster that only read. With the global `--metadata` it uses that
-//! cluster instead: it cannot touch that cluster's page cache or configuration, so it measures
-//! both modes with the cache as it is and prefetch as configured, and says so.
+//! after it wrote the files so that every configuration reads from a cluster that only read.
+//! With the global `--metadata` it uses that cluster instead: it cannot touch that cluster's
+//! page cache or configuration, so it measures both modes with the cache as it is and
+//! prefetch as configured, and says so.
 
 mod report;
 
