@@ -582,27 +582,32 @@ async fn loopback_once(bytes: u64) -> anyhow::Result<Sample> {
 async fn loopback_file_once(segs: Vec<floor::Segment>) -> anyhow::Result<Sample> {
     let bytes = segs.iter().map(|s| s.len).sum();
     let mut maps = Vec::new();
-    for seg in &segs {
+    for seg in segs {
         let file = std::fs::File::open(&seg.path)
             .with_context(|| format!("opening {}", seg.path.display()))?;
         let len = usize::try_from(seg.len).context("a segment larger than memory")?;
-        maps.push((FileMap::new(&file, seg.offset, len)?, seg.offset, seg.len));
+        let map = FileMap::new(&file, seg.offset, len)
+            .with_context(|| format!("mapping {}", seg.path.display()))?;
+        maps.push((map, seg));
     }
     timed_copy(bytes, move |mut s| async move {
         use std::os::fd::AsRawFd as _;
-        for (map, offset, len) in &maps {
+        for (map, seg) in &maps {
+            let failed = |e: std::io::Error| {
+                std::io::Error::new(e.kind(), format!("sending {}: {e}", seg.path.display()))
+            };
             let mut at = 0u64;
-            while at < *len {
-                let n = (len - at).min(COPY_SIZE as u64) as usize;
+            while at < seg.len {
+                let n = (seg.len - at).min(COPY_SIZE as u64) as usize;
                 s.writable().await?;
                 let sent = s.try_io(tokio::io::Interest::WRITABLE, || {
-                    map.send(s.as_raw_fd(), offset + at, n)
+                    map.send(s.as_raw_fd(), seg.offset + at, n)
                 });
                 match sent {
-                    Ok(0) => return Err(std::io::Error::other("a replica file shrank")),
+                    Ok(0) => return Err(failed(std::io::Error::other("the file shrank"))),
                     Ok(k) => at += k as u64,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(failed(e)),
                 }
             }
         }
